@@ -1,0 +1,130 @@
+"""The exception hierarchy of acp, and the JSON-RPC / ACP error codes.
+
+Everything the SDK raises on purpose derives from :class:`AcpError`::
+
+    AcpError
+    ├── RequestError            an error answer (from the peer, or raised by a handler on purpose)
+    ├── CapabilityError         a call the negotiated capabilities do not allow, refused locally
+    ├── ConnectionClosedError   the transport ended, or the connection was closed
+    ├── RequestTimeoutError     no answer in time (also a TimeoutError)
+    └── RequestCancelledError   the call was cancelled before it was answered
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "PARSE_ERROR",
+    "INVALID_REQUEST",
+    "METHOD_NOT_FOUND",
+    "INVALID_PARAMS",
+    "INTERNAL_ERROR",
+    "REQUEST_CANCELLED",
+    "AUTH_REQUIRED",
+    "RESOURCE_NOT_FOUND",
+    "AcpError",
+    "RequestError",
+    "CapabilityError",
+    "ConnectionClosedError",
+    "RequestTimeoutError",
+    "RequestCancelledError",
+]
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+REQUEST_CANCELLED = -32800
+AUTH_REQUIRED = -32000
+RESOURCE_NOT_FOUND = -32002
+
+_DEFAULT_MESSAGES = {
+    PARSE_ERROR: "Parse error",
+    INVALID_REQUEST: "Invalid request",
+    METHOD_NOT_FOUND: "Method not found",
+    INVALID_PARAMS: "Invalid params",
+    INTERNAL_ERROR: "Internal error",
+    REQUEST_CANCELLED: "Request cancelled",
+    AUTH_REQUIRED: "Authentication required",
+    RESOURCE_NOT_FOUND: "Resource not found",
+}
+
+
+class AcpError(Exception):
+    """Base class of every exception acp raises on purpose."""
+
+
+class RequestError(AcpError):
+    """A JSON-RPC error answer: received from the peer, or raised by a handler to answer with it.
+
+    A handler that raises ``RequestError(code, message, data)`` has its peer receive exactly that
+    code, message and data; any other exception is answered with -32603 "Internal error".
+    """
+
+    def __init__(self, code: int, message: str | None = None, data: Any = None) -> None:
+        self.code = int(code)
+        self.message = message if message is not None else _DEFAULT_MESSAGES.get(code, "Error")
+        self.data = data
+        super().__init__(f"{self.message} (code {self.code})")
+
+    def __repr__(self) -> str:
+        return f"RequestError(code={self.code!r}, message={self.message!r}, data={self.data!r})"
+
+    # Named constructors for the spec's codes: `raise RequestError.invalid_params("...")`.
+    @classmethod
+    def parse_error(cls, data: Any = None) -> RequestError:
+        """-32700: the line was not valid JSON."""
+        return cls(PARSE_ERROR, None, data)
+
+    @classmethod
+    def invalid_request(cls, message: str | None = None, data: Any = None) -> RequestError:
+        """-32600: not a valid JSON-RPC request, or not allowed now."""
+        return cls(INVALID_REQUEST, message, data)
+
+    @classmethod
+    def method_not_found(cls, method: str) -> RequestError:
+        """-32601: nothing handles this method."""
+        return cls(METHOD_NOT_FOUND, None, {"method": method})
+
+    @classmethod
+    def invalid_params(cls, message: str | None = None, data: Any = None) -> RequestError:
+        """-32602: the params do not fit the method's type."""
+        return cls(INVALID_PARAMS, message, data)
+
+    @classmethod
+    def internal_error(cls, data: Any = None) -> RequestError:
+        """-32603: the handler failed unexpectedly (details stay local)."""
+        return cls(INTERNAL_ERROR, None, data)
+
+    @classmethod
+    def request_cancelled(cls, data: Any = None) -> RequestError:
+        """-32800: the request was cancelled."""
+        return cls(REQUEST_CANCELLED, None, data)
+
+    @classmethod
+    def auth_required(cls, data: Any = None) -> RequestError:
+        """-32000: authentication is required first."""
+        return cls(AUTH_REQUIRED, None, data)
+
+    @classmethod
+    def resource_not_found(cls, uri: str | None = None) -> RequestError:
+        """-32002: a resource (such as a file) does not exist."""
+        return cls(RESOURCE_NOT_FOUND, None, {"uri": uri} if uri is not None else None)
+
+
+class CapabilityError(AcpError):
+    """A call the negotiated capabilities do not allow; raised locally, nothing was sent."""
+
+
+class ConnectionClosedError(AcpError):
+    """The connection is closed: the transport ended, or close() was called."""
+
+
+class RequestTimeoutError(AcpError, TimeoutError):
+    """No answer came within the call's timeout; a $/cancel_request was sent."""
+
+
+class RequestCancelledError(AcpError):
+    """The call was cancelled before an answer arrived."""

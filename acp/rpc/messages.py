@@ -1,0 +1,240 @@
+"""JSON-RPC 2.0 envelopes: decode one line into a message, encode messages into lines.
+
+Params, results and error data stay raw (:class:`msgspec.Raw`) after decoding: the envelope is
+routed first and the payload is decoded later, once the caller knows its type. Ids may be
+integers or strings and are echoed exactly as received.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Union
+
+import msgspec
+from msgspec import Raw
+
+from ..errors import INVALID_REQUEST, PARSE_ERROR
+
+__all__ = [
+    "RequestId",
+    "Request",
+    "Notification",
+    "Response",
+    "ErrorResponse",
+    "Invalid",
+    "Message",
+    "ErrorObject",
+    "decode_line",
+    "decode_payload",
+    "Encoder",
+    "NO_PARAMS",
+]
+
+RequestId = Union[int, str]
+
+# An empty Raw marks a member that was absent from the envelope (present JSON is never empty).
+_ABSENT = Raw()
+NO_PARAMS = _ABSENT
+
+
+class ErrorObject(msgspec.Struct, omit_defaults=True):
+    """The ``error`` member of an error response."""
+
+    code: int
+    message: str
+    data: Any = None
+
+
+class Request(msgspec.Struct):
+    """An inbound request: it must be answered exactly once."""
+
+    id: RequestId
+    method: str
+    params: Raw
+
+
+class Notification(msgspec.Struct):
+    """An inbound notification: never answered."""
+
+    method: str
+    params: Raw
+
+
+class Response(msgspec.Struct):
+    """A successful answer to one of our requests; ``result`` is raw JSON."""
+
+    id: RequestId
+    result: Raw
+
+
+class ErrorResponse(msgspec.Struct):
+    """An error answer; ``id`` is None when the peer could not tell which request failed."""
+
+    id: RequestId | None
+    error: ErrorObject
+
+
+class Invalid(msgspec.Struct):
+    """A line that is not a valid message. ``id`` is set when a request id could be recovered,
+    ``code`` is -32700 (not JSON) or -32600 (not a valid envelope)."""
+
+    id: RequestId | None
+    code: int
+    reason: str
+
+
+Message = Union[Request, Notification, Response, ErrorResponse, Invalid]
+
+
+class _Envelope(msgspec.Struct):
+    # Every member optional: the checks below give precise reasons instead of a decode error.
+    jsonrpc: Any = None
+    id: Any = _ABSENT
+    method: Any = None
+    params: Raw = _ABSENT
+    result: Raw = _ABSENT
+    error: Raw = _ABSENT
+
+
+_envelope_decoder = msgspec.json.Decoder(_Envelope)
+_batch_decoder = msgspec.json.Decoder(list[Raw])
+_error_decoder = msgspec.json.Decoder(ErrorObject)
+
+
+_OBJECT_OR_ARRAY = (ord("{"), ord("["))
+
+
+def _valid_id(value: Any) -> bool:
+    # bool is an int subclass in Python, but not a JSON-RPC id.
+    return (type(value) is int) or isinstance(value, str)
+
+
+def _classify(env: _Envelope) -> Message:
+    raw_id = env.id
+    has_id = raw_id is not _ABSENT
+    if has_id and raw_id is not None and not _valid_id(raw_id):
+        return Invalid(None, INVALID_REQUEST, "id must be an integer or a string")
+    msg_id = raw_id if has_id else None
+    if env.jsonrpc != "2.0" and env.jsonrpc is not None:
+        return Invalid(msg_id, INVALID_REQUEST, 'jsonrpc must be "2.0"')
+    method = env.method
+    if method is not None:
+        if not isinstance(method, str):
+            return Invalid(msg_id, INVALID_REQUEST, "method must be a string")
+        params = env.params
+        if params and memoryview(params)[0] not in _OBJECT_OR_ARRAY:
+            if bytes(params) != b"null":
+                return Invalid(msg_id, INVALID_REQUEST, "params must be an object or an array")
+            params = _ABSENT
+        if not has_id:
+            return Notification(method, params)
+        if msg_id is None:
+            return Invalid(None, INVALID_REQUEST, "a request id must not be null")
+        return Request(msg_id, method, params)
+    has_result = bool(env.result)
+    has_error = bool(env.error)
+    if has_result and has_error:
+        return Invalid(msg_id, INVALID_REQUEST, "a response has both result and error")
+    if has_error:
+        try:
+            error = _error_decoder.decode(env.error)
+        except msgspec.ValidationError as exc:
+            return Invalid(msg_id, INVALID_REQUEST, f"malformed error object: {exc}")
+        return ErrorResponse(msg_id, error)
+    if has_result:
+        if msg_id is None:
+            return Invalid(None, INVALID_REQUEST, "a response needs an id")
+        return Response(msg_id, env.result)
+    return Invalid(msg_id, INVALID_REQUEST, "neither a request, a notification nor a response")
+
+
+def decode_line(line: bytes) -> Message | list[Message]:
+    """Decode one line. A JSON array (a batch) gives a list with one message per item."""
+    try:
+        return _classify(_envelope_decoder.decode(line))
+    except msgspec.ValidationError:
+        pass  # not an object: an array, a scalar, or wrong member types
+    except msgspec.DecodeError as exc:
+        return Invalid(None, PARSE_ERROR, f"not valid JSON: {exc}")
+    try:
+        items = _batch_decoder.decode(line)
+    except msgspec.ValidationError:
+        return Invalid(None, INVALID_REQUEST, "a message must be a JSON object")
+    except msgspec.DecodeError as exc:
+        return Invalid(None, PARSE_ERROR, f"not valid JSON: {exc}")
+    if not items:
+        return Invalid(None, INVALID_REQUEST, "an empty batch")
+    out: list[Message] = []
+    for item in items:
+        try:
+            out.append(_classify(_envelope_decoder.decode(item)))
+        except msgspec.ValidationError:
+            out.append(Invalid(None, INVALID_REQUEST, "a message must be a JSON object"))
+    return out
+
+
+def decode_payload(raw: Raw, decoder: Any) -> Any:
+    """Decode params or a result. An absent or ``null`` payload decodes as ``{}``, so a type
+    whose fields are all optional still gets a value."""
+    if not raw or (len(raw) == 4 and bytes(raw) == b"null"):
+        return decoder.decode(b"{}")
+    return decoder.decode(raw)
+
+
+class _OutRequest(msgspec.Struct, omit_defaults=True):
+    jsonrpc: str
+    id: RequestId
+    method: str
+    params: Any = None
+
+
+class _OutNotification(msgspec.Struct, omit_defaults=True):
+    jsonrpc: str
+    method: str
+    params: Any = None
+
+
+class _OutResponse(msgspec.Struct):
+    jsonrpc: str
+    id: RequestId
+    result: Any
+
+
+class _OutError(msgspec.Struct):
+    jsonrpc: str
+    id: Union[RequestId, None]
+    error: ErrorObject
+
+
+_EMPTY_OBJECT = Raw(b"{}")
+
+
+class Encoder:
+    """Encodes outbound messages as compact, newline-terminated lines.
+
+    JSON never contains a raw newline (msgspec escapes control characters in strings), so each
+    encoded message is exactly one line. Not thread-safe: use one per writer.
+    """
+
+    __slots__ = ("_encoder",)
+
+    def __init__(self) -> None:
+        self._encoder = msgspec.json.Encoder()
+
+    def _line(self, obj: Any) -> bytes:
+        return self._encoder.encode(obj) + b"\n"
+
+    def request(self, msg_id: RequestId, method: str, params: Any) -> bytes:
+        """A request line; ``params`` is a Struct, a dict, Raw or None (omitted)."""
+        return self._line(_OutRequest("2.0", msg_id, method, params))
+
+    def notification(self, method: str, params: Any) -> bytes:
+        """A notification line."""
+        return self._line(_OutNotification("2.0", method, params))
+
+    def response(self, msg_id: RequestId, result: Any) -> bytes:
+        """A success answer; a None result is written as ``{}`` (ACP results are objects)."""
+        return self._line(_OutResponse("2.0", msg_id, _EMPTY_OBJECT if result is None else result))
+
+    def error(self, msg_id: RequestId | None, code: int, message: str, data: Any = None) -> bytes:
+        """An error answer; ``msg_id`` is None when the request id is unknown."""
+        return self._line(_OutError("2.0", msg_id, ErrorObject(code, message, data)))
