@@ -1,0 +1,126 @@
+"""The agent's side of stdio: the protocol on the process's own stdin/stdout."""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+import threading
+from typing import TextIO
+
+from .fd import FdTransport
+
+__all__ = ["StdioTransport"]
+
+# stdin/stdout exist once per process, so at most one StdioTransport may own them at a time.
+_active_lock = threading.Lock()
+_active: StdioTransport | None = None
+
+
+class StdioTransport(FdTransport):
+    """Protocol bytes on fd 0 / fd 1, with the real stdout guarded against stray output.
+
+    On construction the transport takes private duplicates of fd 0 and fd 1 (close-on-exec, so
+    child processes never inherit them) and then:
+
+    * points fd 1 at fd 2 and sets ``sys.stdout = sys.stderr``, so a stray ``print()``, a C
+      library's ``printf`` or a child process that inherits stdout writes to stderr, never into
+      the protocol stream;
+    * points fd 0 at ``/dev/null``, so a stray ``input()`` or an inheriting child process cannot
+      swallow protocol bytes (``sys.stdin`` then reads EOF; anything already buffered in
+      ``sys.stdin`` before construction is not seen by the transport).
+
+    :meth:`close` restores fd 0, ``sys.stdout`` and fd 1. Exception: after :meth:`close_write`
+    (half-close), fd 1 stays on stderr, because pointing it back at the protocol stream would
+    reopen the stream the peer has just seen end. So, to make the peer read EOF while this
+    process keeps running, call ``close_write()`` before ``close()``; a plain ``close()`` hands
+    stdout back to the process and the peer sees EOF when the process exits.
+
+    End of stdin makes :meth:`read` return ``b""``. Only one instance may be open per process
+    (``RuntimeError`` otherwise). POSIX only.
+    """
+
+    def __init__(self) -> None:
+        global _active
+        with _active_lock:
+            if _active is not None:
+                raise RuntimeError("a StdioTransport is already open in this process")
+            read_fd = os.dup(0)
+            try:
+                write_fd = os.dup(1)
+            except OSError:
+                os.close(read_fd)
+                raise
+            devnull = os.open(os.devnull, os.O_RDWR)
+            try:
+                os.dup2(devnull, 0)
+                try:
+                    os.dup2(2, 1)
+                except OSError:  # no fd 2 (closed): stray output is discarded instead
+                    os.dup2(devnull, 1)
+            finally:
+                os.close(devnull)
+            self._saved_stdout: TextIO | None = sys.stdout
+            sys.stdout = sys.stderr
+            if self._saved_stdout is not None:
+                # Text printed before we started and still buffered now lands on stderr.
+                try:
+                    self._saved_stdout.flush()
+                except (OSError, ValueError):
+                    pass
+            self._half_closed = False
+            # Pipes and sockets go non-blocking: a read or write is then one syscall, with a
+            # poll only when it would block (a blocking fd needs a poll before every call to
+            # stay wakeable by close(), which cost ~12 us per round trip here). Safe: fd 0/1
+            # now point elsewhere, so only our private fds use these descriptions; ttys and
+            # files are left as they are. close() restores the flags.
+            self._made_nonblocking = [fd for fd in (read_fd, write_fd) if _may_go_nonblocking(fd)]
+            for fd in self._made_nonblocking:
+                os.set_blocking(fd, False)
+            super().__init__(read_fd, write_fd, description="stdio")
+            _active = self
+
+    def close_write(self) -> None:
+        """Half-close: the peer reads EOF; fd 1 stays on stderr from now on (see class doc)."""
+        self._half_closed = True
+        super().close_write()
+
+    def _release_locked(self) -> None:
+        # Give the descriptions back blocking, but only once no thread is inside a call on
+        # them: a reader between its poll and its os.read would otherwise block for good.
+        if self._closed and self._made_nonblocking:
+            if self._readers == 0 and self._read_fd in self._made_nonblocking:
+                self._restore_blocking(self._read_fd)
+            if self._writers == 0 and self._write_fd in self._made_nonblocking:
+                self._restore_blocking(self._write_fd)
+        super()._release_locked()
+
+    def _restore_blocking(self, fd: int | None) -> None:
+        if fd is None:
+            return
+        self._made_nonblocking.remove(fd)
+        try:
+            os.set_blocking(fd, True)
+        except OSError:
+            pass
+
+    def _on_close_locked(self) -> None:
+        global _active
+        # The private fds are still open here: FdTransport closes them only after this hook.
+        if self._read_fd is not None:
+            os.dup2(self._read_fd, 0)
+        if not self._half_closed and self._write_fd is not None:
+            os.dup2(self._write_fd, 1)
+        if sys.stdout is sys.stderr:
+            sys.stdout = self._saved_stdout
+        with _active_lock:
+            if _active is self:
+                _active = None
+
+
+def _may_go_nonblocking(fd: int) -> bool:
+    try:
+        mode = os.fstat(fd).st_mode
+        return (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)) and os.get_blocking(fd)
+    except OSError:
+        return False

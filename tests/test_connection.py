@@ -1,0 +1,430 @@
+"""The connection engine over real bytes: ordering, the deadlock rule, cancellation, timeouts,
+bad input, close. Nothing here waits by sleeping: events and joins with timeouts only."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from acp.connection import Connection, InboundCall
+from acp.errors import (
+    ConnectionClosedError,
+    RequestCancelledError,
+    RequestError,
+    RequestTimeoutError,
+)
+from acp.transport import memory_pair
+from acp.transport.base import Transport
+
+WAIT = 10.0
+
+
+@pytest.fixture
+def pair(no_thread_leak: None) -> Iterator[tuple[Connection, Connection]]:
+    """Two connections joined by a memory pair; started by the test after registering."""
+    a_side, b_side = memory_pair()
+    a = Connection(a_side, name="a", request_timeout=WAIT)
+    b = Connection(b_side, name="b", request_timeout=WAIT)
+    yield a, b
+    a.close()
+    b.close()
+
+
+class RawPeer:
+    """The far end of a transport driven by hand: write raw bytes, read whole JSON lines."""
+
+    def __init__(self, transport: Transport) -> None:
+        self.transport = transport
+        self._buffer = b""
+
+    def send(self, data: bytes | dict[str, Any]) -> None:
+        self.transport.write(data if isinstance(data, bytes) else json.dumps(data).encode() + b"\n")
+
+    def recv(self) -> dict[str, Any]:
+        while b"\n" not in self._buffer:
+            chunk = self.transport.read()
+            if not chunk:
+                raise EOFError
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        result: dict[str, Any] = json.loads(line)
+        return result
+
+
+@pytest.fixture
+def raw(no_thread_leak: None) -> Iterator[tuple[Connection, RawPeer]]:
+    ours, theirs = memory_pair()
+    conn = Connection(ours, name="engine", request_timeout=WAIT)
+    conn.on_request("echo", lambda params, call: params)
+    yield conn, RawPeer(theirs)
+    conn.close()
+    theirs.close()
+
+
+def test_request_round_trip_and_result_types(pair: tuple[Connection, Connection]) -> None:
+    a, b = pair
+    b.on_request("echo", lambda params, call: params)
+    b.on_request("nothing", lambda params, call: None)
+    a.start()
+    b.start()
+    assert a.request("echo", {"x": [1, "two"]}) == {"x": [1, "two"]}
+    assert a.request("nothing") == {}  # a handler returning None answers {}
+    assert a.request_future("echo", {"y": 1}).result(WAIT) == {"y": 1}
+
+
+def test_ordering_slow_notification_handler(pair: tuple[Connection, Connection]) -> None:
+    """When a response reaches its caller, every notification sent before it was handled."""
+    a, b = pair
+    seen: list[int] = []
+    gate = threading.Event()
+
+    def on_chunk(params: Any) -> None:
+        if params["i"] == 0:
+            gate.wait(WAIT)  # the first handler is slow: everything behind it must wait
+        seen.append(params["i"])
+
+    def stream(params: Any, call: InboundCall) -> Any:
+        for k in range(50):
+            b.notify("chunk", {"i": k})
+        return {"sent": 50}
+
+    a.on_notification("chunk", on_chunk)
+    b.on_request("stream", stream)
+    a.start()
+    b.start()
+    future = a.request_future("stream")
+    with pytest.raises(TimeoutError):
+        future.result(0.2)  # held behind the slow handler, as the guarantee requires
+    gate.set()
+    assert future.result(WAIT) == {"sent": 50}
+    assert seen == list(range(50))
+
+
+def test_inbound_request_waits_for_earlier_notifications(pair: tuple[Connection, Connection]) -> None:
+    a, b = pair
+    seen: list[int] = []
+    answers: list[list[int]] = []
+    a.on_notification("chunk", lambda p: seen.append(p["i"]))
+    a.on_request("snapshot", lambda p, call: answers.append(list(seen)) or {})
+
+    def stream_then_ask(params: Any, call: InboundCall) -> Any:
+        for k in range(200):
+            b.notify("chunk", {"i": k})
+        return b.request("snapshot")
+
+    b.on_request("go", stream_then_ask)
+    a.start()
+    b.start()
+    a.request("go")
+    assert answers == [list(range(200))]
+
+
+def test_deadlock_rule_notification_handler_makes_a_request(pair: tuple[Connection, Connection]) -> None:
+    a, b = pair
+    got: list[Any] = []
+    done = threading.Event()
+
+    def on_note(params: Any) -> None:
+        got.append(a.request("echo", {"from": "handler"}))  # blocks the dispatcher meanwhile
+        done.set()
+
+    a.on_notification("note", on_note)
+    a.on_notification("after", lambda p: got.append(p))
+    a.on_request("ping", lambda p, call: p)
+    b.on_request("echo", lambda p, call: p)
+    a.start()
+    b.start()
+    b.notify("note", {})
+    b.notify("after", {"n": 1})
+    assert done.wait(WAIT)
+    b.request("ping", {})  # answered after "after" was handled (it arrived first)
+    assert got == [{"from": "handler"}, {"n": 1}]
+
+
+def test_burst_of_10000_notifications_complete_and_in_order(pair: tuple[Connection, Connection]) -> None:
+    a, b = pair
+    seen: list[int] = []
+    a.on_notification("chunk", lambda p: seen.append(p["i"]))
+    b.on_request("stream", lambda p, call: [b.notify("chunk", {"i": k}) for k in range(10_000)] and {})
+    a.start()
+    b.start()
+    a.request("stream")
+    assert seen == list(range(10_000))
+
+
+def test_1000_concurrent_requests_from_8_threads(pair: tuple[Connection, Connection]) -> None:
+    a, b = pair
+    b.on_request("square", lambda p, call: {"v": p["v"] * p["v"]})
+    a.start()
+    b.start()
+
+    def worker(base: int) -> list[bool]:
+        return [a.request("square", {"v": base + k}) == {"v": (base + k) ** 2} for k in range(125)]
+
+    with ThreadPoolExecutor(8) as pool:
+        results = [ok for chunk in pool.map(worker, range(0, 1000, 125)) for ok in chunk]
+    assert len(results) == 1000 and all(results)
+
+
+def test_timeout_sends_cancel_request_and_drops_late_answer(pair: tuple[Connection, Connection]) -> None:
+    a, b = pair
+    release = threading.Event()
+    cancelled = threading.Event()
+
+    def slow(params: Any, call: InboundCall) -> Any:
+        call.on_cancel(cancelled.set)
+        release.wait(WAIT)
+        return {"late": True}
+
+    b.on_request("slow", slow)
+    b.on_request("echo", lambda p, call: p)
+    a.start()
+    b.start()
+    with pytest.raises(RequestTimeoutError):
+        a.request("slow", timeout=0.2)
+    assert cancelled.wait(WAIT)  # the peer saw $/cancel_request
+    release.set()
+    assert a.request("echo", {"still": "works"}) == {"still": "works"}
+
+
+def test_future_timeout_and_cancel(pair: tuple[Connection, Connection]) -> None:
+    a, b = pair
+    seen_cancel = threading.Semaphore(0)
+    b.on_request("hang", lambda p, call: call.on_cancel(seen_cancel.release) or call.cancelled.wait(WAIT) and None)
+    a.start()
+    b.start()
+    future = a.request_future("hang", timeout=0.2)
+    with pytest.raises(RequestTimeoutError):
+        future.result(WAIT)
+    assert seen_cancel.acquire(timeout=WAIT)
+    future = a.request_future("hang", timeout=None)
+    assert future.cancel()
+    assert seen_cancel.acquire(timeout=WAIT)
+
+
+def test_inbound_cancel_request_answers_32800(raw: tuple[Connection, RawPeer]) -> None:
+    conn, peer = raw
+    started = threading.Event()
+    finished = threading.Event()
+
+    def hang(params: Any, call: InboundCall) -> Any:
+        started.set()
+        assert call.cancelled.wait(WAIT)
+        finished.set()
+        return {"too": "late"}
+
+    conn.on_request("hang", hang)
+    conn.start()
+    peer.send({"jsonrpc": "2.0", "id": "h1", "method": "hang", "params": {}})
+    assert started.wait(WAIT)
+    peer.send({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": "h1"}})
+    answer = peer.recv()
+    assert answer["id"] == "h1" and answer["error"]["code"] == -32800
+    assert finished.wait(WAIT)
+    peer.send({"jsonrpc": "2.0", "id": 2, "method": "echo", "params": {"k": 1}})
+    assert peer.recv() == {"jsonrpc": "2.0", "id": 2, "result": {"k": 1}}  # no second answer to h1
+
+
+def test_cancel_request_from_our_side(pair: tuple[Connection, Connection]) -> None:
+    a, b = pair
+    entered = threading.Event()
+    b.on_request("hang", lambda p, call: entered.set() or call.cancelled.wait(WAIT) and None)
+    a.start()
+    b.start()
+    future = a.request_future("hang", timeout=None)
+    assert entered.wait(WAIT)
+    msg_id = next(iter(a._pending))
+    a.cancel_request(msg_id)
+    with pytest.raises(RequestCancelledError):
+        future.result(WAIT)
+
+
+def test_error_answers_keep_code_message_data(pair: tuple[Connection, Connection]) -> None:
+    a, b = pair
+
+    def deliberate(params: Any, call: InboundCall) -> Any:
+        raise RequestError(-32002, "Resource not found", {"uri": "file:///x"})
+
+    def unexpected(params: Any, call: InboundCall) -> Any:
+        raise ValueError("secret detail")
+
+    b.on_request("deliberate", deliberate)
+    b.on_request("unexpected", unexpected)
+    a.start()
+    b.start()
+    with pytest.raises(RequestError) as info:
+        a.request("deliberate")
+    assert (info.value.code, info.value.message, info.value.data) == (-32002, "Resource not found", {"uri": "file:///x"})
+    with pytest.raises(RequestError) as info:
+        a.request("unexpected")
+    assert info.value.code == -32603 and info.value.message == "Internal error"
+    assert "secret" not in repr(info.value.data)
+    with pytest.raises(RequestError) as info:
+        a.request("no/such/method")
+    assert info.value.code == -32601
+
+
+@pytest.mark.parametrize(
+    ("line", "code", "answer_id"),
+    [
+        (b"this is not json\n", -32700, None),
+        (b'{"jsonrpc":"2.0","id":5,"method":7}\n', -32600, 5),
+        (b'[1]\n', -32600, None),
+        (b'"just a string"\n', -32600, None),
+        (b'{"jsonrpc":"2.0","id":6,"method":"nope","params":{}}\n', -32601, 6),
+        (b'{"jsonrpc":"2.0","id":7,"method":"typed","params":{"n":"not an int"}}\n', -32602, 7),
+    ],
+)
+def test_bad_input_is_answered_and_the_connection_goes_on(
+    raw: tuple[Connection, RawPeer], line: bytes, code: int, answer_id: Any
+) -> None:
+    import msgspec
+
+    class Typed(msgspec.Struct):
+        n: int
+
+    conn, peer = raw
+    conn.on_request("typed", lambda p, call: {"n": p.n}, Typed)
+    conn.start()
+    peer.send(line)
+    answer = peer.recv()
+    assert answer["id"] == answer_id and answer["error"]["code"] == code
+    if code == -32602:
+        assert "$.n" in answer["error"]["message"]  # names the field
+    peer.send({"jsonrpc": "2.0", "id": 100, "method": "echo", "params": {"ok": 1}})
+    assert peer.recv() == {"jsonrpc": "2.0", "id": 100, "result": {"ok": 1}}
+
+
+def test_a_batch_array_gets_one_answer_per_request(raw: tuple[Connection, RawPeer]) -> None:
+    conn, peer = raw
+    conn.start()
+    peer.send(b'[{"jsonrpc":"2.0","id":1,"method":"echo","params":{"a":1}},'
+              b'{"jsonrpc":"2.0","id":2,"method":"echo","params":{"b":2}}]\n')
+    answers = sorted((peer.recv(), peer.recv()), key=lambda m: m["id"])
+    assert [a["result"] for a in answers] == [{"a": 1}, {"b": 2}]
+
+
+def test_unknown_notifications_are_ignored(raw: tuple[Connection, RawPeer]) -> None:
+    conn, peer = raw
+    conn.start()
+    peer.send({"jsonrpc": "2.0", "method": "_vendor/ping", "params": {}})
+    peer.send({"jsonrpc": "2.0", "method": "unknown/thing"})
+    peer.send({"jsonrpc": "2.0", "id": 1, "method": "echo", "params": {}})
+    assert peer.recv() == {"jsonrpc": "2.0", "id": 1, "result": {}}
+
+
+def test_over_long_line_is_discarded(no_thread_leak: None) -> None:
+    ours, theirs = memory_pair()
+    conn = Connection(ours, name="engine", max_message_bytes=1024)
+    conn.on_request("echo", lambda p, call: p)
+    conn.start()
+    peer = RawPeer(theirs)
+    writer = threading.Thread(target=peer.send, args=(b'{"x":"' + b"y" * 5_000_000 + b'"}\n',))
+    writer.start()  # one writer at a time: the transport's contract
+    writer.join(WAIT)
+    assert not writer.is_alive()
+    peer.send({"jsonrpc": "2.0", "id": 1, "method": "echo", "params": {"after": True}})
+    assert peer.recv() == {"jsonrpc": "2.0", "id": 1, "result": {"after": True}}
+    conn.close()
+    theirs.close()
+
+
+def test_pending_calls_fail_at_once_on_eof(raw: tuple[Connection, RawPeer]) -> None:
+    conn, peer = raw
+    conn.start()
+    futures = [conn.request_future("hang", timeout=None) for _ in range(5)]
+    for _ in futures:
+        peer.recv()
+    peer.transport.close()
+    for future in futures:
+        with pytest.raises(ConnectionClosedError):
+            future.result(WAIT)
+    with pytest.raises(ConnectionClosedError):
+        conn.request("echo")
+    with pytest.raises(ConnectionClosedError):
+        conn.notify("x")
+
+
+def test_graceful_close_drains_queued_notifications(no_thread_leak: None) -> None:
+    received = threading.Semaphore(0)
+    a_side, b_side = memory_pair()
+    a = Connection(a_side, name="a", wire_tap=lambda d, line: received.release() if d == "in" else None)
+    b = Connection(b_side, name="b")
+    gate = threading.Event()
+    seen: list[int] = []
+
+    def on_chunk(p: Any) -> None:
+        gate.wait(WAIT)
+        seen.append(p["i"])
+
+    a.on_notification("chunk", on_chunk)
+    b.on_request("stream", lambda p, call: [b.notify("chunk", {"i": k}) for k in range(100)] and {})
+    a.start()
+    b.start()
+    future = a.request_future("stream")
+    for _ in range(101):  # 100 chunks and the answer have arrived
+        assert received.acquire(timeout=WAIT)
+    # Lines are queued once their whole read was routed: a line of a later read proves it.
+    b.notify("marker", {})
+    assert received.acquire(timeout=WAIT)
+    closer = threading.Thread(target=a.close, kwargs={"graceful": True, "timeout": WAIT})
+    closer.start()
+    gate.set()
+    closer.join(WAIT)
+    assert not closer.is_alive()
+    assert seen == list(range(100))
+    assert future.result(WAIT) == {}
+    b.close()
+
+
+def test_close_is_immediate_idempotent_and_leaks_no_thread(pair: tuple[Connection, Connection]) -> None:
+    a, b = pair
+    entered = threading.Event()
+    b.on_request("hang", lambda p, call: entered.set() or call.cancelled.wait(WAIT) and None)
+    a.start()
+    b.start()
+    future = a.request_future("hang", timeout=None)
+    assert entered.wait(WAIT)
+    b.close()  # the running handler sees cancelled; the pool is joined
+    b.close()
+    with pytest.raises(ConnectionClosedError):
+        future.result(WAIT)
+    a.close()
+    a.close()
+
+
+def test_user_executor_is_not_shut_down(no_thread_leak: None) -> None:
+    user_pool = ThreadPoolExecutor(2, thread_name_prefix="user")
+    a_side, b_side = memory_pair()
+    a = Connection(a_side, name="a").start()
+    b = Connection(b_side, name="b", executor=user_pool)
+    names: list[str] = []
+    b.on_request("who", lambda p, call: names.append(threading.current_thread().name) or {})
+    b.start()
+    a.request("who")
+    a.close()
+    b.close()
+    assert names[0].startswith("user")
+    assert user_pool.submit(lambda: 42).result(WAIT) == 42
+    user_pool.shutdown()
+
+
+def test_wire_tap_sees_every_line(no_thread_leak: None) -> None:
+    taps: list[tuple[str, bytes]] = []
+    a_side, b_side = memory_pair()
+    a = Connection(a_side, name="a", wire_tap=lambda d, line: taps.append((d, line)))
+    b = Connection(b_side, name="b")
+    b.on_request("echo", lambda p, call: p)
+    a.start()
+    b.start()
+    a.request("echo", {"t": 1})
+    a.close()
+    b.close()
+    assert [d for d, _ in taps] == ["out", "in"]
+    assert json.loads(taps[0][1])["method"] == "echo"
+    assert json.loads(taps[1][1])["result"] == {"t": 1}

@@ -1,0 +1,142 @@
+"""Envelope decoding and encoding: every message kind, every bad-input case, ids echoed."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import msgspec
+import pytest
+
+from acp import rpc
+from acp.errors import INVALID_REQUEST, PARSE_ERROR
+
+
+def decode(obj: Any) -> Any:
+    return rpc.decode_line(json.dumps(obj).encode())
+
+
+@pytest.mark.parametrize("msg_id", [0, 7, -3, 2**53, "abc", "", "ü"])
+def test_request_ids_are_kept_exactly(msg_id: Any) -> None:
+    msg = decode({"jsonrpc": "2.0", "id": msg_id, "method": "m", "params": {"x": 1}})
+    assert isinstance(msg, rpc.Request)
+    assert msg.id == msg_id and type(msg.id) is type(msg_id)
+    assert json.loads(bytes(msg.params)) == {"x": 1}
+    line = rpc.Encoder().response(msg.id, {"ok": True})
+    assert json.loads(line)["id"] == msg_id
+
+
+def test_notification_without_params() -> None:
+    msg = decode({"jsonrpc": "2.0", "method": "session/cancel"})
+    assert isinstance(msg, rpc.Notification)
+    assert msg.method == "session/cancel" and not msg.params
+
+
+def test_null_params_count_as_absent() -> None:
+    msg = decode({"jsonrpc": "2.0", "id": 1, "method": "m", "params": None})
+    assert isinstance(msg, rpc.Request) and not msg.params
+
+
+def test_response_and_null_result() -> None:
+    msg = decode({"jsonrpc": "2.0", "id": 4, "result": None})
+    assert isinstance(msg, rpc.Response)
+    assert bytes(msg.result) == b"null"
+    # A null result decodes like {} into a type whose fields are all optional.
+
+    class AllOptional(msgspec.Struct):
+        a: int = 1
+
+    assert rpc.decode_payload(msg.result, msgspec.json.Decoder(AllOptional)) == AllOptional()
+
+
+def test_error_response() -> None:
+    msg = decode({"jsonrpc": "2.0", "id": "x", "error": {"code": -32601, "message": "nope", "data": [1]}})
+    assert isinstance(msg, rpc.ErrorResponse)
+    assert msg.id == "x" and msg.error == rpc.ErrorObject(-32601, "nope", [1])
+
+
+def test_error_response_with_null_id() -> None:
+    msg = decode({"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "Parse error"}})
+    assert isinstance(msg, rpc.ErrorResponse) and msg.id is None
+
+
+@pytest.mark.parametrize(
+    "line",
+    [b"not json", b'{"jsonrpc":"2.0","id":1,"method":', b"\xff\xfe", b'{"a":1}}', b""],
+)
+def test_not_json_is_a_parse_error(line: bytes) -> None:
+    msg = rpc.decode_line(line)
+    assert isinstance(msg, rpc.Invalid)
+    assert msg.code == PARSE_ERROR and msg.id is None
+
+
+@pytest.mark.parametrize(
+    ("obj", "expected_id"),
+    [
+        (5, None),
+        ("text", None),
+        (None, None),
+        ({}, None),
+        ({"jsonrpc": "2.0", "id": 3}, 3),
+        ({"jsonrpc": "1.0", "id": 3, "method": "m"}, 3),
+        ({"jsonrpc": "2.0", "id": 3, "method": 12}, 3),
+        ({"jsonrpc": "2.0", "id": 1.5, "method": "m"}, None),
+        ({"jsonrpc": "2.0", "id": True, "method": "m"}, None),
+        ({"jsonrpc": "2.0", "id": [1], "method": "m"}, None),
+        ({"jsonrpc": "2.0", "id": None, "method": "m"}, None),
+        ({"jsonrpc": "2.0", "id": 2, "method": "m", "params": 3}, 2),
+        ({"jsonrpc": "2.0", "id": 2, "method": "m", "params": "s"}, 2),
+        ({"jsonrpc": "2.0", "id": 2, "result": {}, "error": {"code": 1, "message": "m"}}, 2),
+        ({"jsonrpc": "2.0", "id": 2, "error": {"code": "x"}}, 2),
+        ({"jsonrpc": "2.0", "result": {}}, None),
+    ],
+)
+def test_invalid_envelopes(obj: Any, expected_id: Any) -> None:
+    msg = decode(obj)
+    assert isinstance(msg, rpc.Invalid), msg
+    assert msg.code == INVALID_REQUEST
+    assert msg.id == expected_id
+    assert msg.reason
+
+
+def test_batch_items_are_each_handled() -> None:
+    msgs = decode([{"jsonrpc": "2.0", "method": "a"}, 3, {"jsonrpc": "2.0", "id": 1, "method": "b"}])
+    assert isinstance(msgs, list) and len(msgs) == 3
+    assert isinstance(msgs[0], rpc.Notification)
+    assert isinstance(msgs[1], rpc.Invalid)
+    assert isinstance(msgs[2], rpc.Request)
+
+
+def test_empty_batch_is_invalid() -> None:
+    msg = decode([])
+    assert isinstance(msg, rpc.Invalid) and msg.code == INVALID_REQUEST
+
+
+def test_encoded_lines_are_single_compact_lines() -> None:
+    enc = rpc.Encoder()
+    lines = [
+        enc.request(1, "m", {"text": "a\nb\r\u2028"}),
+        enc.notification("n", {"x": "\n"}),
+        enc.notification("n", None),
+        enc.response("id", None),
+        enc.response(2, {"a": [1, 2]}),
+        enc.error(None, -32700, "Parse error"),
+        enc.error(3, -32000, "Auth", {"why": "x"}),
+    ]
+    for line in lines:
+        assert line.endswith(b"\n") and line.count(b"\n") == 1
+        assert b" " not in line.replace(b'"Parse error"', b"")
+        assert json.loads(line)["jsonrpc"] == "2.0"
+    assert json.loads(lines[0]) == {"jsonrpc": "2.0", "id": 1, "method": "m", "params": {"text": "a\nb\r\u2028"}}
+    assert json.loads(lines[2]) == {"jsonrpc": "2.0", "method": "n"}
+    assert json.loads(lines[3]) == {"jsonrpc": "2.0", "id": "id", "result": {}}
+    assert json.loads(lines[5]) == {"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "Parse error"}}
+    assert json.loads(lines[6])["error"]["data"] == {"why": "x"}
+
+
+def test_encode_then_decode_round_trip() -> None:
+    enc = rpc.Encoder()
+    req = rpc.decode_line(enc.request(9, "session/prompt", {"sessionId": "s"}).rstrip(b"\n"))
+    assert isinstance(req, rpc.Request) and req.id == 9 and req.method == "session/prompt"
+    err = rpc.decode_line(enc.error(9, -32800, "Request cancelled").rstrip(b"\n"))
+    assert isinstance(err, rpc.ErrorResponse) and err.error.code == -32800

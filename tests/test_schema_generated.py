@@ -1,0 +1,146 @@
+"""The committed acp/schema matches the generator and covers every schema type."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import msgspec
+import pytest
+
+import acp.schema
+import acp.schema.unstable
+
+REPO = Path(__file__).resolve().parents[1]
+SCHEMA_DIR = REPO.parent / "shared" / "acp-schema"
+needs_schema = pytest.mark.skipif(not SCHEMA_DIR.is_dir(), reason=f"{SCHEMA_DIR} is absent")
+
+
+def _load_generator() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("generate_schema", REPO / "tools" / "generate_schema.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve annotations through sys.modules
+    spec.loader.exec_module(module)
+    return module
+
+
+def _defs(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((SCHEMA_DIR / "v1" / name).read_text(encoding="utf-8"))
+    return data["$defs"]  # type: ignore[no-any-return]
+
+
+@needs_schema
+def test_committed_output_is_up_to_date(tmp_path: Path) -> None:
+    generator = _load_generator()
+    list(generator.write(generator.generate(SCHEMA_DIR), tmp_path))
+    committed = REPO / "acp" / "schema"
+    stale = [
+        p.name
+        for p in sorted(tmp_path.glob("*.py"))
+        if p.read_text(encoding="utf-8") != (committed / p.name).read_text(encoding="utf-8")
+    ]
+    assert not stale, f"acp/schema is stale ({stale}): run `make schema`"
+
+
+@needs_schema
+def test_generator_is_deterministic() -> None:
+    generator = _load_generator()
+    assert generator.generate(SCHEMA_DIR) == generator.generate(SCHEMA_DIR)
+
+
+@needs_schema
+def test_every_stable_def_is_in_acp_schema() -> None:
+    missing = [name for name in _defs("schema.json") if not hasattr(acp.schema, name)]
+    assert not missing
+    assert set(_defs("schema.json")) <= set(acp.schema.__all__)
+
+
+@needs_schema
+def test_every_unstable_only_def_is_exported() -> None:
+    stable = _defs("schema.json")
+    only = [n for n in _defs("schema.unstable.json") if n not in stable]
+    assert len(only) > 50
+    missing = [n for n in only if not (hasattr(acp.schema.unstable, n) or hasattr(acp.schema, n))]
+    assert not missing
+    # Unstable-only types are not part of the stable public namespace's __all__.
+    assert not set(only) & set(acp.schema.__all__)
+
+
+@needs_schema
+def test_wire_names_match_schema_properties() -> None:
+    """Every field's wire name is a property of the schema type, and `_meta` is `field_meta`."""
+    defs = _defs("schema.unstable.json")
+    checked = 0
+    for name, schema in defs.items():
+        cls = getattr(acp.schema, name, None) or getattr(acp.schema.unstable, name, None)
+        if not (isinstance(cls, type) and issubclass(cls, msgspec.Struct)):
+            continue
+        props = set(schema.get("properties", {}))
+        for info in msgspec.structs.fields(cls):
+            if props and info.encode_name in props:
+                checked += 1
+            if info.encode_name == "_meta":
+                assert info.name == "field_meta"
+        assert props <= {f.encode_name for f in msgspec.structs.fields(cls)} | {"type"}, name
+    assert checked > 300
+
+
+def test_open_enums_are_strings_with_constants() -> None:
+    assert acp.schema.StopReason is str
+    assert acp.schema.StopReasons.END_TURN == "end_turn"
+    assert acp.schema.ToolKinds.SWITCH_MODE == "switch_mode"
+    assert acp.schema.ErrorCodes.PARSE_ERROR == -32700
+    assert acp.schema.PROTOCOL_VERSION == 1
+
+
+def test_unstable_markers() -> None:
+    assert ("PromptResponse", "usage") in acp.schema.UNSTABLE_FIELDS
+    assert "Usage" in acp.schema.UNSTABLE_TYPES
+    assert acp.schema.unstable.Usage.__doc__ and acp.schema.unstable.Usage.__doc__.startswith("Unstable:")
+    assert "PromptResponse" not in acp.schema.UNSTABLE_TYPES
+    # A field only the unstable schema has is optional, so stable messages never need it.
+    assert acp.schema.decoder(acp.schema.PromptResponse).decode(b'{"stopReason":"end_turn"}').usage is None
+
+
+def test_method_tables() -> None:
+    agent, client = acp.schema.AGENT_METHODS, acp.schema.CLIENT_METHODS
+    prompt = agent["session/prompt"]
+    assert (prompt.params_type, prompt.result_type, prompt.unstable) == (
+        acp.schema.PromptRequest,
+        acp.schema.PromptResponse,
+        False,
+    )
+    assert agent["session/cancel"].result_type is None
+    assert client["session/update"].params_type is acp.schema.SessionNotification
+    assert client["session/update"].is_notification
+    for table in (agent, client):
+        assert table["$/cancel_request"].params_type is acp.schema.CancelRequestNotification
+    assert agent["session/fork"].unstable and agent["session/fork"].params_type.__name__ == "ForkSessionRequest"
+    assert "session/fork" not in acp.schema.STABLE_AGENT_METHODS
+    with pytest.raises(AttributeError):
+        prompt.unstable = True  # type: ignore[misc]
+
+
+@needs_schema
+def test_method_tables_cover_meta() -> None:
+    meta = json.loads((SCHEMA_DIR / "v1" / "meta.unstable.json").read_text(encoding="utf-8"))
+    stable_meta = json.loads((SCHEMA_DIR / "v1" / "meta.json").read_text(encoding="utf-8"))
+    protocol = set(meta["protocolMethods"].values())
+    assert set(acp.schema.AGENT_METHODS) == set(meta["agentMethods"].values()) | protocol
+    assert set(acp.schema.CLIENT_METHODS) == set(meta["clientMethods"].values()) | protocol
+    stable = set(stable_meta["agentMethods"].values()) | set(stable_meta["clientMethods"].values()) | protocol
+    for table in (acp.schema.AGENT_METHODS, acp.schema.CLIENT_METHODS):
+        for name, spec in table.items():
+            assert spec.name == name
+            assert spec.unstable == (name not in stable)
+
+
+def test_import_does_not_load_unstable_module() -> None:
+    code = "import sys, acp.schema; assert 'acp.schema.unstable' not in sys.modules; acp.schema.PromptRequest"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=30)
