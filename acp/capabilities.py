@@ -1,0 +1,417 @@
+"""Capabilities: what each side advertises, derived from registered handlers, and what was
+negotiated in ``initialize``.
+
+A builder never asks the user to spell capabilities out: registering a ``session/load``
+handler is what makes an agent advertise ``loadSession``, and registering the five terminal
+handlers is what makes a client advertise ``terminal``. :class:`NegotiatedCapabilities` then
+answers, for either side, "may I call this?" (``supports_…``) or refuses locally
+(``require_…`` raises :class:`~acp.errors.CapabilityError` before anything is sent).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+
+from . import schema
+from .errors import CapabilityError
+
+__all__ = [
+    "NegotiatedCapabilities",
+    "derive_agent_capabilities",
+    "derive_client_capabilities",
+    "TERMINAL_METHODS",
+    "AGENT_METHOD_CAPABILITY",
+    "CLIENT_METHOD_CAPABILITY",
+]
+
+TERMINAL_METHODS = (
+    "terminal/create",
+    "terminal/output",
+    "terminal/release",
+    "terminal/wait_for_exit",
+    "terminal/kill",
+)
+
+# Client -> agent methods that the agent must have advertised (the rest are always allowed).
+AGENT_METHOD_CAPABILITY: dict[str, str] = {
+    "session/load": "load_session",
+    "session/list": "list_sessions",
+    "session/delete": "delete_session",
+    "session/resume": "resume_session",
+    "session/close": "close_session",
+    "session/fork": "fork_session",
+    "logout": "logout",
+    "providers/list": "providers",
+    "providers/set": "providers",
+    "providers/disable": "providers",
+    "nes/start": "nes",
+    "nes/suggest": "nes",
+    "nes/accept": "nes",
+    "nes/reject": "nes",
+    "nes/close": "nes",
+}
+
+# Agent -> client methods that the client must have advertised.
+CLIENT_METHOD_CAPABILITY: dict[str, str] = {
+    "fs/read_text_file": "read_text_file",
+    "fs/write_text_file": "write_text_file",
+    **{method: "terminal" for method in TERMINAL_METHODS},
+    "elicitation/create": "elicitation",
+    "elicitation/complete": "elicitation_url",
+}
+
+
+def derive_agent_capabilities(
+    methods: Collection[str],
+    prompt: schema.PromptCapabilities | None = None,
+    mcp: schema.McpCapabilities | None = None,
+    additional_directories: bool = False,
+) -> schema.AgentCapabilities:
+    """The ``agentCapabilities`` an agent with handlers for ``methods`` advertises."""
+    session = schema.SessionCapabilities(
+        list_=schema.SessionListCapabilities() if "session/list" in methods else None,
+        delete=schema.SessionDeleteCapabilities() if "session/delete" in methods else None,
+        resume=schema.SessionResumeCapabilities() if "session/resume" in methods else None,
+        close=schema.SessionCloseCapabilities() if "session/close" in methods else None,
+        additional_directories=(
+            schema.SessionAdditionalDirectoriesCapabilities() if additional_directories else None
+        ),
+    )
+    if "session/fork" in methods:
+        from .schema import unstable
+
+        session.fork = unstable.SessionForkCapabilities()
+    caps = schema.AgentCapabilities(
+        load_session="session/load" in methods,
+        prompt_capabilities=prompt if prompt is not None else schema.PromptCapabilities(),
+        mcp_capabilities=mcp if mcp is not None else schema.McpCapabilities(),
+        session_capabilities=session,
+        auth=schema.AgentAuthCapabilities(
+            logout=schema.LogoutCapabilities() if "logout" in methods else None
+        ),
+    )
+    if any(m.startswith("providers/") for m in methods):
+        from .schema import unstable
+
+        caps.providers = unstable.ProvidersCapabilities()
+    return caps
+
+
+def derive_client_capabilities(
+    methods: Collection[str],
+    elicitation_form: bool = True,
+    elicitation_url: bool = True,
+) -> schema.ClientCapabilities:
+    """The ``clientCapabilities`` a client with handlers for ``methods`` advertises.
+
+    Terminal support needs all five terminal handlers (the caller checks "all or none").
+    Elicitation is advertised when an ``elicitation/create`` handler exists, in the modes given.
+    """
+    elicitation = None
+    if "elicitation/create" in methods and (elicitation_form or elicitation_url):
+        elicitation = schema.ElicitationCapabilities(
+            form=schema.ElicitationFormCapabilities() if elicitation_form else None,
+            url=schema.ElicitationUrlCapabilities() if elicitation_url else None,
+        )
+    return schema.ClientCapabilities(
+        fs=schema.FileSystemCapabilities(
+            read_text_file="fs/read_text_file" in methods,
+            write_text_file="fs/write_text_file" in methods,
+        ),
+        terminal=all(m in methods for m in TERMINAL_METHODS),
+        elicitation=elicitation,
+    )
+
+
+# One row per capability: its name (as in supports_<name>) and how to read it.
+_AGENT_CHECKS: dict[str, Callable[[schema.AgentCapabilities], object]] = {
+    "load_session": lambda a: a.load_session,
+    "list_sessions": lambda a: a.session_capabilities.list_ is not None,
+    "delete_session": lambda a: a.session_capabilities.delete is not None,
+    "resume_session": lambda a: a.session_capabilities.resume is not None,
+    "close_session": lambda a: a.session_capabilities.close is not None,
+    "fork_session": lambda a: a.session_capabilities.fork is not None,
+    "additional_directories": lambda a: a.session_capabilities.additional_directories is not None,
+    "logout": lambda a: a.auth.logout is not None,
+    "image_prompts": lambda a: a.prompt_capabilities.image,
+    "audio_prompts": lambda a: a.prompt_capabilities.audio,
+    "embedded_context_prompts": lambda a: a.prompt_capabilities.embedded_context,
+    "mcp_http": lambda a: a.mcp_capabilities.http,
+    "mcp_sse": lambda a: a.mcp_capabilities.sse,
+    "providers": lambda a: a.providers is not None,
+    "nes": lambda a: a.nes is not None,
+}
+_CLIENT_CHECKS: dict[str, Callable[[schema.ClientCapabilities], object]] = {
+    "read_text_file": lambda c: c.fs.read_text_file,
+    "write_text_file": lambda c: c.fs.write_text_file,
+    "terminal": lambda c: c.terminal,
+    "elicitation": lambda c: c.elicitation is not None and (c.elicitation.form or c.elicitation.url),
+    "elicitation_form": lambda c: c.elicitation is not None and c.elicitation.form is not None,
+    "elicitation_url": lambda c: c.elicitation is not None and c.elicitation.url is not None,
+    "terminal_auth": lambda c: c.auth.terminal,
+    "boolean_config_options": lambda c: (
+        c.session is not None
+        and c.session.config_options is not None
+        and c.session.config_options.boolean is not None
+    ),
+}
+
+
+@dataclass(frozen=True)
+class NegotiatedCapabilities:
+    """What both sides declared in ``initialize``: the agent's and the client's capabilities,
+    the protocol version in force, and the peers' names.
+
+    Every capability has ``supports_<name>()`` (a bool) and ``require_<name>()`` (raises
+    :class:`CapabilityError`); :meth:`supports` / :meth:`require` take the name as a string.
+    """
+
+    protocol_version: int
+    agent: schema.AgentCapabilities = field(default_factory=schema.AgentCapabilities)
+    client: schema.ClientCapabilities = field(default_factory=schema.ClientCapabilities)
+    auth_methods: tuple[schema.AuthMethod, ...] = ()
+    agent_info: schema.Implementation | None = None
+    client_info: schema.Implementation | None = None
+
+    @classmethod
+    def from_initialize(
+        cls, request: schema.InitializeRequest, response: schema.InitializeResponse
+    ) -> NegotiatedCapabilities:
+        """Both halves of an ``initialize`` exchange."""
+        return cls(
+            protocol_version=response.protocol_version,
+            agent=response.agent_capabilities,
+            client=request.client_capabilities,
+            auth_methods=tuple(response.auth_methods),
+            agent_info=response.agent_info,
+            client_info=request.client_info,
+        )
+
+    @staticmethod
+    def names() -> tuple[str, ...]:
+        """Every capability name :meth:`supports` knows."""
+        return (*_AGENT_CHECKS, *_CLIENT_CHECKS)
+
+    def supports(self, name: str) -> bool:
+        """Whether capability ``name`` (see :meth:`names`) was advertised."""
+        if name in _AGENT_CHECKS:
+            return bool(_AGENT_CHECKS[name](self.agent))
+        if name in _CLIENT_CHECKS:
+            return bool(_CLIENT_CHECKS[name](self.client))
+        raise ValueError(f"unknown capability {name!r}")
+
+    def require(self, name: str, what: str | None = None) -> None:
+        """Raise :class:`CapabilityError` unless capability ``name`` was advertised."""
+        if not self.supports(name):
+            side = "agent" if name in _AGENT_CHECKS else "client"
+            raise CapabilityError(
+                f"{what or name}: the {side} did not advertise the {name!r} capability"
+            )
+
+    def allows_agent_method(self, method: str) -> bool:
+        """Whether the client may send ``method`` to this agent."""
+        name = AGENT_METHOD_CAPABILITY.get(method)
+        return name is None or self.supports(name)
+
+    def allows_client_method(self, method: str) -> bool:
+        """Whether the agent may send ``method`` to this client."""
+        name = CLIENT_METHOD_CAPABILITY.get(method)
+        return name is None or self.supports(name)
+
+    def require_agent_method(self, method: str) -> None:
+        """Raise :class:`CapabilityError` unless the agent advertised ``method``."""
+        name = AGENT_METHOD_CAPABILITY.get(method)
+        if name is not None:
+            self.require(name, method)
+
+    def require_client_method(self, method: str) -> None:
+        """Raise :class:`CapabilityError` unless the client advertised ``method``."""
+        name = CLIENT_METHOD_CAPABILITY.get(method)
+        if name is not None:
+            self.require(name, method)
+
+    # Named forms, one pair per capability (the tables above are the source of truth).
+    def supports_load_session(self) -> bool:
+        """The agent handles ``session/load``."""
+        return self.supports("load_session")
+
+    def require_load_session(self) -> None:
+        """Raise unless the agent handles ``session/load``."""
+        self.require("load_session")
+
+    def supports_list_sessions(self) -> bool:
+        """The agent handles ``session/list``."""
+        return self.supports("list_sessions")
+
+    def require_list_sessions(self) -> None:
+        """Raise unless the agent handles ``session/list``."""
+        self.require("list_sessions")
+
+    def supports_delete_session(self) -> bool:
+        """The agent handles ``session/delete``."""
+        return self.supports("delete_session")
+
+    def require_delete_session(self) -> None:
+        """Raise unless the agent handles ``session/delete``."""
+        self.require("delete_session")
+
+    def supports_resume_session(self) -> bool:
+        """The agent handles ``session/resume``."""
+        return self.supports("resume_session")
+
+    def require_resume_session(self) -> None:
+        """Raise unless the agent handles ``session/resume``."""
+        self.require("resume_session")
+
+    def supports_close_session(self) -> bool:
+        """The agent handles ``session/close``."""
+        return self.supports("close_session")
+
+    def require_close_session(self) -> None:
+        """Raise unless the agent handles ``session/close``."""
+        self.require("close_session")
+
+    def supports_fork_session(self) -> bool:
+        """The agent handles ``session/fork`` (unstable)."""
+        return self.supports("fork_session")
+
+    def require_fork_session(self) -> None:
+        """Raise unless the agent handles ``session/fork`` (unstable)."""
+        self.require("fork_session")
+
+    def supports_additional_directories(self) -> bool:
+        """The agent accepts ``additionalDirectories`` on sessions."""
+        return self.supports("additional_directories")
+
+    def require_additional_directories(self) -> None:
+        """Raise unless the agent accepts ``additionalDirectories``."""
+        self.require("additional_directories")
+
+    def supports_logout(self) -> bool:
+        """The agent handles ``logout``."""
+        return self.supports("logout")
+
+    def require_logout(self) -> None:
+        """Raise unless the agent handles ``logout``."""
+        self.require("logout")
+
+    def supports_image_prompts(self) -> bool:
+        """The agent accepts image content in prompts."""
+        return self.supports("image_prompts")
+
+    def require_image_prompts(self) -> None:
+        """Raise unless the agent accepts image content in prompts."""
+        self.require("image_prompts")
+
+    def supports_audio_prompts(self) -> bool:
+        """The agent accepts audio content in prompts."""
+        return self.supports("audio_prompts")
+
+    def require_audio_prompts(self) -> None:
+        """Raise unless the agent accepts audio content in prompts."""
+        self.require("audio_prompts")
+
+    def supports_embedded_context_prompts(self) -> bool:
+        """The agent accepts embedded resources in prompts."""
+        return self.supports("embedded_context_prompts")
+
+    def require_embedded_context_prompts(self) -> None:
+        """Raise unless the agent accepts embedded resources in prompts."""
+        self.require("embedded_context_prompts")
+
+    def supports_mcp_http(self) -> bool:
+        """The agent connects to MCP servers over HTTP."""
+        return self.supports("mcp_http")
+
+    def require_mcp_http(self) -> None:
+        """Raise unless the agent connects to MCP servers over HTTP."""
+        self.require("mcp_http")
+
+    def supports_mcp_sse(self) -> bool:
+        """The agent connects to MCP servers over SSE."""
+        return self.supports("mcp_sse")
+
+    def require_mcp_sse(self) -> None:
+        """Raise unless the agent connects to MCP servers over SSE."""
+        self.require("mcp_sse")
+
+    def supports_providers(self) -> bool:
+        """The agent handles ``providers/*`` (unstable)."""
+        return self.supports("providers")
+
+    def require_providers(self) -> None:
+        """Raise unless the agent handles ``providers/*`` (unstable)."""
+        self.require("providers")
+
+    def supports_nes(self) -> bool:
+        """The agent handles ``nes/*`` (unstable)."""
+        return self.supports("nes")
+
+    def require_nes(self) -> None:
+        """Raise unless the agent handles ``nes/*`` (unstable)."""
+        self.require("nes")
+
+    def supports_read_text_file(self) -> bool:
+        """The client handles ``fs/read_text_file``."""
+        return self.supports("read_text_file")
+
+    def require_read_text_file(self) -> None:
+        """Raise unless the client handles ``fs/read_text_file``."""
+        self.require("read_text_file")
+
+    def supports_write_text_file(self) -> bool:
+        """The client handles ``fs/write_text_file``."""
+        return self.supports("write_text_file")
+
+    def require_write_text_file(self) -> None:
+        """Raise unless the client handles ``fs/write_text_file``."""
+        self.require("write_text_file")
+
+    def supports_terminal(self) -> bool:
+        """The client handles the ``terminal/*`` methods."""
+        return self.supports("terminal")
+
+    def require_terminal(self) -> None:
+        """Raise unless the client handles the ``terminal/*`` methods."""
+        self.require("terminal")
+
+    def supports_elicitation(self) -> bool:
+        """The client handles ``elicitation/create`` (in some mode)."""
+        return self.supports("elicitation")
+
+    def require_elicitation(self) -> None:
+        """Raise unless the client handles ``elicitation/create``."""
+        self.require("elicitation")
+
+    def supports_elicitation_form(self) -> bool:
+        """The client handles form-mode elicitation."""
+        return self.supports("elicitation_form")
+
+    def require_elicitation_form(self) -> None:
+        """Raise unless the client handles form-mode elicitation."""
+        self.require("elicitation_form")
+
+    def supports_elicitation_url(self) -> bool:
+        """The client handles URL-mode elicitation."""
+        return self.supports("elicitation_url")
+
+    def require_elicitation_url(self) -> None:
+        """Raise unless the client handles URL-mode elicitation."""
+        self.require("elicitation_url")
+
+    def supports_terminal_auth(self) -> bool:
+        """The client can run terminal authentication methods."""
+        return self.supports("terminal_auth")
+
+    def require_terminal_auth(self) -> None:
+        """Raise unless the client can run terminal authentication methods."""
+        self.require("terminal_auth")
+
+    def supports_boolean_config_options(self) -> bool:
+        """The client renders boolean session config options."""
+        return self.supports("boolean_config_options")
+
+    def require_boolean_config_options(self) -> None:
+        """Raise unless the client renders boolean session config options."""
+        self.require("boolean_config_options")
