@@ -64,6 +64,9 @@ def roundtrip(name: str, instance: Json) -> Json:
 
 
 def _ref(node: dict[str, Any]) -> str | None:
+    """The $def a node is an alias of (not a tagged alternative that extends one)."""
+    if "properties" in node:
+        return None
     if "$ref" in node:
         return str(node["$ref"]).rsplit("/", 1)[-1]
     all_of = node.get("allOf")
@@ -452,8 +455,11 @@ def strategy(node: dict[str, Any], depth: int = 0) -> st.SearchStrategy[Json]:
     if isinstance(kind, list):
         kind = next(k for k in kind if k != "null")
     if kind == "object" or "properties" in node:
-        required = set(node.get("required", []))
         props = node.get("properties", {})
+        # Object defaults are written back explicitly (as the Rust SDK does): always draw them.
+        required = set(node.get("required", [])) | {
+            p for p, s in props.items() if isinstance(s.get("default"), dict) and _ref(s)
+        }
         must = {p: strategy(s, depth + 1) for p, s in props.items() if p in required}
         may = {}
         if depth < 4:
@@ -472,7 +478,7 @@ def strategy(node: dict[str, Any], depth: int = 0) -> st.SearchStrategy[Json]:
     if kind == "string":
         return st.text(max_size=5).filter(bool)
     if kind == "integer":
-        return st.integers(0, 2**31)
+        return st.integers(node.get("minimum", -(2**31)), node.get("maximum", 2**31))
     if kind == "number":
         return st.floats(allow_nan=False, allow_infinity=False, width=32)
     if kind == "boolean":
