@@ -1,3 +1,70 @@
-"""acp: a sync-first Python SDK for the Agent Client Protocol."""
+"""acp: a sync-first Python SDK for the Agent Client Protocol (ACP).
+
+Build an agent with :class:`SyncAgent`, drive one with :class:`SyncClient`; the typed messages
+are in :mod:`acp.schema`. Names are imported on first use, so ``import acp`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+# public name -> module that defines it (imported lazily by __getattr__)
+_LAZY: dict[str, str] = {
+    "schema": "acp.schema",
+    "errors": "acp.errors",
+    "AcpError": "acp.errors",
+    "RequestError": "acp.errors",
+    "CapabilityError": "acp.errors",
+    "ConnectionClosedError": "acp.errors",
+    "RequestTimeoutError": "acp.errors",
+    "RequestCancelledError": "acp.errors",
+    "NegotiatedCapabilities": "acp.capabilities",
+    "Connection": "acp.connection",
+    "InboundCall": "acp.connection",
+}
+
+if TYPE_CHECKING:
+    from . import errors, schema
+    from .capabilities import NegotiatedCapabilities
+    from .connection import Connection, InboundCall
+    from .errors import (
+        AcpError,
+        CapabilityError,
+        ConnectionClosedError,
+        RequestCancelledError,
+        RequestError,
+        RequestTimeoutError,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    module_name = _LAZY.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'acp' has no attribute {name!r}")
+    module = importlib.import_module(module_name)
+    value = module if module_name == f"acp.{name}" else getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])
+
+
+__all__ = [  # spelled out for linters; tests check it matches _LAZY
+    "__version__",
+    "schema",
+    "errors",
+    "AcpError",
+    "RequestError",
+    "CapabilityError",
+    "ConnectionClosedError",
+    "RequestTimeoutError",
+    "RequestCancelledError",
+    "NegotiatedCapabilities",
+    "Connection",
+    "InboundCall",
+]

@@ -149,22 +149,24 @@ class InboundCall:
 
 
 class _Handler:
-    __slots__ = ("fn", "params_type", "decoder", "notification", "immediate")
+    __slots__ = ("fn", "params_type", "decode", "notification", "immediate")
 
     def __init__(self, fn: Callable[..., Any], params_type: Any, notification: bool, immediate: bool) -> None:
         self.fn = fn
         self.params_type = params_type
-        self.decoder: Any = None  # built on first use: decoders cost time at import
         self.notification = notification
         self.immediate = immediate
+        # Replaced by the real decode function on first use (decoders cost time to build).
+        self.decode: Callable[[msgspec.Raw], Any] = self._first_decode
 
-    def decode(self, raw: msgspec.Raw) -> Any:
-        decoder = self.decoder
-        if decoder is None:
-            decoder = self.decoder = _decoder_for(self.params_type)
+    def _first_decode(self, raw: msgspec.Raw) -> Any:
+        decoder = _decoder_for(self.params_type)
         if self.params_type is None:
-            return decoder.decode(raw) if raw else None
-        return rpc.decode_payload(raw, decoder)
+            any_decode = decoder.decode
+            self.decode = lambda raw: any_decode(raw) if raw else None
+        else:
+            self.decode = lambda raw: rpc.decode_payload(raw, decoder)
+        return self.decode(raw)
 
 
 class _Pending:
@@ -680,18 +682,29 @@ class Connection:
         batch: list[Any] = []
         starts: list[_Start] = []
         tap = self._wire_tap
+        decode_line = rpc.decode_line
+        handlers = self._handlers
         for line in lines:
-            if isinstance(line, rpc.LineTooLong):
+            if type(line) is not bytes:
+                assert isinstance(line, rpc.LineTooLong)
                 _log.warning("%s: discarded a line of %d bytes (over the limit)", self.name, line.size)
                 continue
             if tap is not None:
                 self._tap("in", line)
-            decoded = rpc.decode_line(line)
-            if isinstance(decoded, list):
-                for msg in decoded:
-                    self._route(msg, batch, starts)
+            msg = decode_line(line)
+            if type(msg) is rpc.Notification:
+                # Inlined: notifications are the bulk of a stream.
+                handler = handlers.get(msg.method)
+                if handler is None or not handler.immediate:
+                    if msg.method != CANCEL_REQUEST:
+                        batch.append(msg)
+                        continue
+                self._route(msg, batch, starts)
+            elif type(msg) is list:
+                for item in msg:
+                    self._route(item, batch, starts)
             else:
-                self._route(decoded, batch, starts)
+                self._route(msg, batch, starts)  # type: ignore[arg-type]
         if batch:
             self._enqueued += 1
             self._queue.put(batch)
@@ -769,7 +782,11 @@ class Connection:
 
     def _dispatch_loop(self) -> None:
         get = self._queue.get
-        tls = self._tls
+        handlers = self._handlers
+        run_notification = self._run_notification
+        # Requests sent from here (by notification handlers) are answered without waiting
+        # for the queue: see the deadlock rule in the module docstring.
+        self._tls.serial = True
         while True:
             batch = get()
             if batch is None:
@@ -777,10 +794,7 @@ class Connection:
             for msg in batch:
                 cls = type(msg)
                 if cls is rpc.Notification:
-                    handler = self._handlers.get(msg.method)
-                    tls.serial = True
-                    self._run_notification(msg, handler)
-                    tls.serial = False
+                    run_notification(msg, handlers.get(msg.method))
                 elif cls is rpc.Request:
                     start = self._prepare_request(msg)
                     if start is not None:

@@ -62,8 +62,12 @@ class LineFramer:
             data = data[newline + 1 :]
         lines = data.split(b"\n")
         rest = lines.pop()
-        for line in lines:
-            self._emit(line, out)
+        if len(data) <= self.max_line_bytes and b"\r" not in data:
+            # The common case, without a method call per line: no line can be over the cap.
+            out += [line for line in lines if line and not line.isspace()]
+        else:
+            for line in lines:
+                self._emit(line, out)
         if rest:
             self._hold(rest)
         return out

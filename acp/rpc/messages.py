@@ -100,7 +100,8 @@ _batch_decoder = msgspec.json.Decoder(list[Raw])
 _error_decoder = msgspec.json.Decoder(ErrorObject)
 
 
-_OBJECT_OR_ARRAY = (ord("{"), ord("["))
+_OPEN_BRACE = ord("{")
+_OBJECT_OR_ARRAY = (_OPEN_BRACE, ord("["))
 
 
 def _valid_id(value: Any) -> bool:
@@ -150,11 +151,27 @@ def _classify(env: _Envelope) -> Message:
 def decode_line(line: bytes) -> Message | list[Message]:
     """Decode one line. A JSON array (a batch) gives a list with one message per item."""
     try:
-        return _classify(_envelope_decoder.decode(line))
+        env = _envelope_decoder.decode(line)
     except msgspec.ValidationError:
         pass  # not an object: an array, a scalar, or wrong member types
     except msgspec.DecodeError as exc:
         return Invalid(None, PARSE_ERROR, f"not valid JSON: {exc}")
+    else:
+        # Fast path for well-formed messages; everything else gets the full checks.
+        method = env.method
+        if env.jsonrpc == "2.0":
+            raw_id = env.id
+            if type(method) is str:
+                params = env.params
+                if not params or memoryview(params)[0] == _OPEN_BRACE:
+                    if raw_id is _ABSENT:
+                        return Notification(method, params)
+                    if type(raw_id) is int or type(raw_id) is str:
+                        return Request(raw_id, method, params)
+            elif method is None and env.result and not env.error:
+                if type(raw_id) is int or type(raw_id) is str:
+                    return Response(raw_id, env.result)
+        return _classify(env)
     try:
         items = _batch_decoder.decode(line)
     except msgspec.ValidationError:

@@ -96,6 +96,8 @@ class FdTransport:
         self._readers = 0  # threads inside read()
         self._writers = 0  # threads inside write()
         self._wake_r, self._wake_w = os.pipe()
+        self._read_poller: select.poll | None = None
+        self._last_read_short = False
         os.set_blocking(self._wake_w, False)
 
     # -- Transport ---------------------------------------------------------------------------
@@ -214,16 +216,30 @@ class FdTransport:
         ready = poller.poll()
         return not any(ready_fd == self._wake_r for ready_fd, _ in ready)
 
+    def _wait_readable(self, fd: int) -> bool:
+        # The reader's poll object is built once (one reader at a time), not per read.
+        poller = self._read_poller
+        if poller is None:
+            poller = self._read_poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            poller.register(self._wake_r, select.POLLIN)
+        wake = self._wake_r
+        return not any(ready_fd == wake for ready_fd, _ in poller.poll())
+
     def _read_fd_loop(self, fd: int) -> bytes:
+        # After a short read the pipe was most likely drained: poll first instead of paying for
+        # an os.read that fails with EAGAIN (each syscall also releases and retakes the GIL).
+        poll_first = not self._read_nonblocking or self._last_read_short
         while True:
-            if not self._read_nonblocking and not self._wait(fd, select.POLLIN):
+            if poll_first and not self._wait_readable(fd):
                 return b""
             try:
-                return os.read(fd, READ_CHUNK)
+                data = os.read(fd, READ_CHUNK)
+                self._last_read_short = len(data) < READ_CHUNK
+                return data
             except BlockingIOError:
                 # Our own non-blocking pipe is empty (or a spurious wake-up): wait for data.
-                if self._read_nonblocking and not self._wait(fd, select.POLLIN):
-                    return b""
+                poll_first = True
             except ConnectionResetError:
                 return b""
 
