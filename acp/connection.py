@@ -31,6 +31,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -213,7 +214,7 @@ class Connection:
         executor: Executor | None = None,
         request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT,
         max_message_bytes: int = rpc.DEFAULT_MAX_LINE_BYTES,
-        wire_tap: WireTap | None = None,
+        wire_tap: WireTap | str | os.PathLike[str] | None = None,
         name: str = "acp",
     ) -> None:
         self._transport = transport
@@ -221,7 +222,15 @@ class Connection:
         self.request_timeout = request_timeout
         self._framer = rpc.LineFramer(max_message_bytes)
         self._encoder = rpc.Encoder()
-        self._wire_tap = wire_tap
+        if isinstance(wire_tap, (str, os.PathLike)):
+            from .wiretap import JsonlWireTap
+
+            tap = JsonlWireTap(wire_tap)
+            wire_tap = tap
+            owned_tap_close: Callable[[], None] | None = tap.close
+        else:
+            owned_tap_close = None
+        self._wire_tap: WireTap | None = wire_tap
         self._handlers: dict[str, _Handler] = {}
         self._fallback_request: Callable[[str, Any, InboundCall], Any] | None = None
         self._fallback_notification: Callable[[str, Any], None] | None = None
@@ -267,6 +276,8 @@ class Connection:
         self._reader: threading.Thread | None = None
         self._dispatcher: threading.Thread | None = None
         self._close_callbacks: list[Callable[[], None]] = []
+        if owned_tap_close is not None:
+            self._close_callbacks.append(owned_tap_close)
 
     # ------------------------------------------------------------------ registration
 

@@ -428,3 +428,21 @@ def test_wire_tap_sees_every_line(no_thread_leak: None) -> None:
     assert [d for d, _ in taps] == ["out", "in"]
     assert json.loads(taps[0][1])["method"] == "echo"
     assert json.loads(taps[1][1])["result"] == {"t": 1}
+
+
+def test_wire_tap_to_a_jsonl_file(tmp_path: Any, no_thread_leak: None) -> None:
+    path = tmp_path / "wire.jsonl"
+    a_side, b_side = memory_pair()
+    a = Connection(a_side, name="a", wire_tap=str(path))
+    b = Connection(b_side, name="b")
+    b.on_request("echo", lambda p, call: p)
+    a.start()
+    b.start()
+    a.request("echo", {"t": 2})
+    b.close()
+    a.close()
+    entries = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [e["dir"] for e in entries] == ["out", "in"]
+    assert entries[0]["msg"]["params"] == {"t": 2}
+    assert entries[1]["msg"]["result"] == {"t": 2}
+    assert all(isinstance(e["t"], float) for e in entries)
