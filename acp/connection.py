@@ -71,6 +71,10 @@ DEFAULT_REQUEST_TIMEOUT = 60.0
 CANCEL_REQUEST = "$/cancel_request"
 _FLUSH_DELAY = 0.001  # batched notifications reach the wire within this bound
 _FLUSH_BYTES = 64 * 1024
+# A reader that runs a request handler itself hands reading over once the handler makes a
+# request, or at the latest after this long (checked by the housekeeper).
+_PARK_LIMIT = 0.001
+_PARK_WATCH = 0.05  # the housekeeper keeps checking this long after the last park
 
 WireTap = Callable[[str, bytes], None]
 """Receives ("in" | "out", line) for every line, for debugging."""
@@ -133,6 +137,26 @@ class InboundCall:
                 self._callbacks.append(callback)
                 return
         callback()
+
+    def answer(self, result: Any) -> bool:
+        """Answer the request now, from any thread, instead of (or before) its handler.
+
+        Returns False, sending nothing, when the request was already answered (or cancelled,
+        or the connection closed). Exactly one answer ever goes out: whatever the handler
+        returns afterwards is dropped (logged at DEBUG).
+        """
+        if not self.connection._claim(self):
+            return False
+        self.connection._write_result(self, result)
+        return True
+
+    def answer_error(self, code: int, message: str | None = None, data: Any = None) -> bool:
+        """Answer the request with an error now; False (nothing sent) if it was already answered."""
+        if not self.connection._claim(self):
+            return False
+        error = RequestError(code, message, data)
+        self.connection._answer_error(self.id, error.code, error.message, error.data)
+        return True
 
     def _cancel(self) -> None:
         with self.connection._state_lock:
@@ -259,6 +283,12 @@ class Connection:
         self._write_lock = threading.Lock()
         self._wbuf: list[bytes] = []
         self._wbuf_size = 0
+
+        self._park_lock = threading.Lock()
+        self._parked: int | None = None  # ident of the reader running a handler itself
+        self._parked_since = 0.0
+        self._last_park = 0.0
+        self._house_idle = False  # the housekeeper waits without a timeout
 
         self._house_cond = threading.Condition(threading.Lock())
         self._house_thread: threading.Thread | None = None
@@ -479,6 +509,10 @@ class Connection:
             self._complete(pending, None, RequestCancelledError(f"{pending.method}: cancelled"))
 
     def _register(self, method: str, result_type: Any, future: Future[Any] | None) -> _Pending:
+        if self._parked is not None:
+            # A handler running on the parked reader is about to wait for an answer that
+            # only a reader can deliver.
+            self._unpark(threading.get_ident())
         if self._eof or self._closed or not self._started:
             raise ConnectionClosedError("connection closed" if self._started else "connection not started")
         msg_id = next(self._ids)
@@ -585,10 +619,23 @@ class Connection:
             self._wbuf_size = 0
             self._transport.write(data)
 
+    def _claim(self, call: InboundCall) -> bool:
+        """Take ``call`` out of the inbound table if it is still there: True for exactly one
+        caller, so each request is answered once. Identity-checked under the lock, so a newer
+        request that reuses the id is never taken by mistake."""
+        with self._state_lock:
+            if self._inbound.get(call.id) is not call:
+                return False
+            del self._inbound[call.id]
+            return True
+
     def _answer(self, call: InboundCall, result: Any) -> None:
-        if self._inbound.pop(call.id, None) is not call:
-            _log.debug("%s: %s answered after it was cancelled; dropped", self.name, call.method)
+        if not self._claim(call):
+            _log.debug("%s: %s answered after it was cancelled or answered; dropped", self.name, call.method)
             return
+        self._write_result(call, result)
+
+    def _write_result(self, call: InboundCall, result: Any) -> None:
         try:
             line = self._encoder.response(call.id, result)
         except (TypeError, ValueError, msgspec.EncodeError) as exc:
@@ -620,6 +667,11 @@ class Connection:
             self._ensure_housekeeper()
             self._house_cond.notify()
 
+    def _wake_housekeeper(self) -> None:
+        with self._house_cond:
+            self._ensure_housekeeper()
+            self._house_cond.notify()
+
     def _ensure_housekeeper(self) -> None:
         if self._house_thread is None and not self._closed:
             self._house_thread = threading.Thread(
@@ -637,16 +689,30 @@ class Connection:
                     wake = self._flush_at
                     if self._deadlines and (wake is None or self._deadlines[0][0] < wake):
                         wake = self._deadlines[0][0]
+                    if now - self._last_park < _PARK_WATCH:
+                        # Handlers run on the reader lately: look again within _PARK_LIMIT.
+                        if self._parked is not None and now - self._parked_since >= _PARK_LIMIT:
+                            break
+                        park_check = now + _PARK_LIMIT
+                        wake = park_check if wake is None else min(wake, park_check)
                     if wake is not None and wake <= now:
                         break
+                    self._house_idle = wake is None
                     cond.wait(None if wake is None else wake - now)
+                    self._house_idle = False
                 if self._closed:
                     return
+                if self._parked is not None and now - self._parked_since >= _PARK_LIMIT:
+                    parked: int | None = self._parked
+                else:
+                    parked = None
                 flush = self._flush_at is not None and self._flush_at <= now
                 if flush:
                     self._flush_at = None
                 while self._deadlines and self._deadlines[0][0] <= now:
                     expired.append(heapq.heappop(self._deadlines)[1])
+            if parked is not None:
+                self._unpark(parked)
             if flush:
                 try:
                     self._flush()
@@ -692,6 +758,7 @@ class Connection:
         another one and ran a request handler itself (leader/follower)."""
         batch: list[Any] = []
         starts: list[_Start] = []
+        ready: list[_ResponseLike] = []  # answers to complete once every line is routed
         tap = self._wire_tap
         decode_line = rpc.decode_line
         handlers = self._handlers
@@ -710,15 +777,19 @@ class Connection:
                     if msg.method != CANCEL_REQUEST:
                         batch.append(msg)
                         continue
-                self._route(msg, batch, starts)
+                self._route(msg, batch, starts, ready)
             elif type(msg) is list:
                 for item in msg:
-                    self._route(item, batch, starts)
+                    self._route(item, batch, starts, ready)
             else:
-                self._route(msg, batch, starts)  # type: ignore[arg-type]
+                self._route(msg, batch, starts, ready)  # type: ignore[arg-type]
         if batch:
             self._enqueued += 1
             self._queue.put(batch)
+        # Callers are woken last: a woken caller needs the GIL this thread holds until it
+        # blocks in its next read, so less work after the wake means less waiting.
+        for msg in ready:
+            self._complete_response(msg)
         if not starts:
             return False
         last = starts.pop()
@@ -727,18 +798,38 @@ class Connection:
         if final or not self._leader_follower:
             self._launch(last)
             return False
-        # Leader/follower: a pool thread takes over reading while this thread, which already
-        # holds the request, runs it: no thread wake-up between the request and its handler.
-        # Every line of this read was routed above, so the next reader cannot overtake it.
-        try:
-            self._execute(self._read_loop)
-        except RuntimeError:  # pool shut down: we are closing
-            self._launch(last)
-            return False
+        # Leader/follower, lazily: this thread already holds the request, so it runs it
+        # itself (no thread wake-up between a request and its handler) with reading "parked".
+        # Reading moves to a pool thread only if the handler makes a request of its own or
+        # runs longer than _PARK_LIMIT; a quick handler costs no hand-over at all.
+        # Every line of this read was routed above, so a new reader cannot overtake it.
+        me = threading.get_ident()
+        now = time.monotonic()
+        with self._park_lock:
+            self._parked = me
+            self._parked_since = now
+            self._last_park = now
+        if self._house_idle or self._house_thread is None:
+            self._wake_housekeeper()
         self._run_request(*last)
+        with self._park_lock:
+            if self._parked == me:
+                self._parked = None
+                return False  # nobody took reading over: carry on reading here
         return True
 
-    def _route(self, msg: rpc.Message, batch: list[Any], starts: list[_Start]) -> None:
+    def _unpark(self, only: int | None = None) -> None:
+        """Hand parked reading to a pool thread (``only``: if parked by that thread)."""
+        with self._park_lock:
+            if self._parked is None or (only is not None and self._parked != only):
+                return
+            self._parked = None
+        try:
+            self._execute(self._read_loop)
+        except RuntimeError:  # the pool is shut down: the connection is closing
+            pass
+
+    def _route(self, msg: rpc.Message, batch: list[Any], starts: list[_Start], ready: list[_ResponseLike]) -> None:
         """Act on one message now, or append it to the batch for the dispatcher."""
         # Nothing queued ahead: the reader may act itself without breaking the order.
         free = not batch and self._enqueued == self._handled
@@ -746,7 +837,7 @@ class Connection:
         if cls is rpc.Response or cls is rpc.ErrorResponse:
             pending = self._pending.get(msg.id) if type(msg.id) is int else None  # type: ignore[union-attr]
             if free or (pending is not None and pending.serial):
-                self._complete_response(msg)  # type: ignore[arg-type]
+                ready.append(msg)  # type: ignore[arg-type]
             else:
                 batch.append(msg)
         elif cls is rpc.Notification:
@@ -880,11 +971,11 @@ class Connection:
                         raise RequestError(INVALID_PARAMS, f"Invalid params: {exc}") from None
                     result = handler.fn(params, call)
             except RequestError as exc:
-                if self._inbound.pop(call.id, None) is call:
+                if self._claim(call):
                     self._answer_error(call.id, exc.code, exc.message, exc.data)
             except Exception:
                 _log.exception("%s: %s handler failed", self.name, call.method)
-                if self._inbound.pop(call.id, None) is call:
+                if self._claim(call):
                     self._answer_error(call.id, INTERNAL_ERROR, "Internal error")
             else:
                 self._answer(call, result)
