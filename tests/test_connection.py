@@ -446,3 +446,36 @@ def test_wire_tap_to_a_jsonl_file(tmp_path: Any, no_thread_leak: None) -> None:
     assert entries[0]["msg"]["params"] == {"t": 2}
     assert entries[1]["msg"]["result"] == {"t": 2}
     assert all(isinstance(e["t"], float) for e in entries)
+
+
+def test_a_blocked_handler_on_the_reader_does_not_stop_reading(pair: tuple[Connection, Connection]) -> None:
+    """A quick handler runs on the reader thread; one that blocks on something other than a
+    request must not keep the connection from reading what would unblock it."""
+    a, b = pair
+    go = threading.Event()
+    b.on_notification("go", lambda p: go.set())
+    b.on_request("wait_for_go", lambda p, call: {"went": go.wait(WAIT)})
+    a.start()
+    b.start()
+    future = a.request_future("wait_for_go")
+    a.notify("go", {})
+    assert future.result(WAIT) == {"went": True}
+
+
+def test_many_handlers_that_call_back_while_others_stream(pair: tuple[Connection, Connection]) -> None:
+    a, b = pair
+    a.on_request("double", lambda p, call: {"v": p["v"] * 2})
+    seen: list[int] = []
+    a.on_notification("tick", lambda p: seen.append(p["k"]))
+
+    def work(p: Any, call: InboundCall) -> Any:
+        b.notify("tick", {"k": p["k"]})
+        return b.request("double", {"v": p["k"]})
+
+    b.on_request("work", work)
+    a.start()
+    b.start()
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(lambda k: a.request("work", {"k": k}), range(200)))
+    assert results == [{"v": 2 * k} for k in range(200)]
+    assert sorted(seen) == list(range(200))
