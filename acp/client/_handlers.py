@@ -1,0 +1,154 @@
+"""Adapters between the user's client handlers and the connection engine.
+
+Calling convention (uniform across the SDK): a request handler is ``handler(request, ctx)``
+with the typed params Struct and a :class:`ClientRequestContext`, and returns the typed
+response Struct; a notification handler is ``handler(notification)``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .. import schema
+from ..connection import Connection, InboundCall
+from ..errors import RequestError
+from ._turns import CANCELLED_PERMISSION, TurnTracker
+from .context import ClientRequestContext
+
+if TYPE_CHECKING:
+    from .client import SyncClient
+
+__all__ = ["HandlerSet", "install_handlers"]
+
+_log = logging.getLogger("acp.client")
+
+RequestFn = Callable[[Any, ClientRequestContext], Any]
+NotificationFn = Callable[[Any], None]
+
+PERMISSION = "session/request_permission"
+
+
+@dataclass
+class HandlerSet:
+    """Everything a builder registered, keyed by wire method name."""
+
+    session_update: list[Callable[[schema.SessionNotification], None]] = field(default_factory=list)
+    requests: dict[str, RequestFn] = field(default_factory=dict)
+    notifications: dict[str, NotificationFn] = field(default_factory=dict)
+    ext_requests: dict[str, RequestFn] = field(default_factory=dict)
+    ext_notifications: dict[str, NotificationFn] = field(default_factory=dict)
+
+    def methods(self) -> set[str]:
+        """The standard client methods that have a handler (what capabilities derive from)."""
+        return {*self.requests, *self.notifications}
+
+
+def _coerce(method: str, result: Any, result_type: Any) -> Any:
+    """Turn a handler's convenient return value into the response the wire expects."""
+    if result is None:
+        # Empty responses (write_text_file, release/kill terminal...) may be returned as None.
+        try:
+            return result_type()
+        except TypeError:
+            raise TypeError(
+                f"the {method} handler returned None; it must return {result_type.__name__}"
+            ) from None
+    if isinstance(result, str) and result_type is schema.ReadTextFileResponse:
+        return schema.ReadTextFileResponse(content=result)
+    return result
+
+
+def _session_of(params: Any) -> str | None:
+    session_id = getattr(params, "session_id", None)
+    return session_id if isinstance(session_id, str) else None
+
+
+def _request_adapter(
+    client: SyncClient, method: str, fn: RequestFn, result_type: Any
+) -> Callable[[Any, InboundCall], Any]:
+    def handle(params: Any, call: InboundCall) -> Any:
+        ctx = ClientRequestContext(call, client, _session_of(params))
+        try:
+            result = fn(params, ctx)
+        except FileNotFoundError as exc:
+            if not method.startswith("fs/"):
+                raise
+            # The spec's code for a missing file, so agents can tell it from a failure.
+            raise RequestError.resource_not_found(getattr(params, "path", None) or exc.filename) from None
+        return _coerce(method, result, result_type)
+
+    return handle
+
+
+def _permission_adapter(
+    client: SyncClient, fn: RequestFn | None, turns: TurnTracker
+) -> Callable[[Any, InboundCall], Any]:
+    warned = False
+
+    def handle(params: schema.RequestPermissionRequest, call: InboundCall) -> Any:
+        nonlocal warned
+        session_id = params.session_id
+        if fn is None:
+            if not warned:
+                warned = True
+                _log.warning("no request_permission handler registered: permission requests are answered 'cancelled'")
+            return CANCELLED_PERMISSION
+        if not turns.permission_started(session_id, call):
+            _log.debug("permission request %r for cancelled session %s: answered 'cancelled'", call.id, session_id)
+            return CANCELLED_PERMISSION
+        try:
+            result = fn(params, ClientRequestContext(call, client, session_id))
+        finally:
+            turns.permission_finished(session_id, call)
+        return _coerce(PERMISSION, result, schema.RequestPermissionResponse)
+
+    return handle
+
+
+def _ext_request_adapter(client: SyncClient, fn: RequestFn) -> Callable[[Any, InboundCall], Any]:
+    def handle(params: Any, call: InboundCall) -> Any:
+        session_id = params.get("sessionId") if isinstance(params, dict) else None
+        ctx = ClientRequestContext(call, client, session_id if isinstance(session_id, str) else None)
+        return fn(params, ctx)
+
+    return handle
+
+
+def _fan_out(fns: list[Callable[[schema.SessionNotification], None]]) -> Callable[[Any], None]:
+    consumers = tuple(fns)
+
+    def handle(notification: schema.SessionNotification) -> None:
+        for consumer in consumers:
+            try:
+                consumer(notification)
+            except Exception:
+                # One failing consumer must not starve the ones registered after it.
+                _log.exception("session_update handler %r failed", consumer)
+
+    return handle
+
+
+def install_handlers(
+    conn: Connection, client: SyncClient, handlers: HandlerSet, turns: TurnTracker
+) -> None:
+    """Register every handler of ``handlers`` on ``conn`` (before it starts)."""
+    table = schema.STABLE_CLIENT_METHODS
+    if handlers.session_update:
+        conn.on_notification("session/update", _fan_out(handlers.session_update), schema.SessionNotification)
+    # Permission is baseline ACP (no capability): without a handler the SDK still answers,
+    # and it answers "cancelled", which never grants anything.
+    conn.on_request(PERMISSION, _permission_adapter(client, handlers.requests.get(PERMISSION), turns), schema.RequestPermissionRequest)
+    for method, fn in handlers.requests.items():
+        if method == PERMISSION:
+            continue
+        spec = table[method]
+        conn.on_request(method, _request_adapter(client, method, fn, spec.result_type), spec.params_type)
+    for method, note in handlers.notifications.items():
+        conn.on_notification(method, note, table[method].params_type)
+    for method, fn in handlers.ext_requests.items():
+        conn.on_request(method, _ext_request_adapter(client, fn))
+    for method, note in handlers.ext_notifications.items():
+        conn.on_notification(method, note)

@@ -1,0 +1,99 @@
+"""Per-session bookkeeping for the spec's cancellation rule on the client side.
+
+When the client cancels a prompt turn it MUST answer every pending
+``session/request_permission`` of that session with the ``cancelled`` outcome. The user's
+handler may be blocked on a UI, so the SDK answers on its behalf, then marks the call
+cancelled: the handler sees ``ctx.cancelled`` and whatever it returns later is dropped by the
+engine (an inbound call is answered at most once).
+
+Until the cancelled turn's ``prompt()`` returns, a permission request that still arrives for
+that session (the agent sent it before it saw ``session/cancel``) is answered ``cancelled`` at
+once, without bothering the user.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+
+from .. import schema
+from ..connection import InboundCall
+
+__all__ = ["TurnTracker", "CANCELLED_PERMISSION"]
+
+_log = logging.getLogger("acp.client")
+
+CANCELLED_PERMISSION = schema.RequestPermissionResponse(outcome=schema.CancelledPermissionOutcome())
+
+
+def answer_early(call: InboundCall, result: object) -> None:
+    """Answer ``call`` now, on behalf of its still-running handler, then cancel it.
+
+    Answer first, cancel second: once the call is marked cancelled the handler may return at
+    any moment, and its answer must not be the one that goes out. The engine sends exactly one
+    answer per call (the first), so the handler's late answer is dropped.
+    """
+    # The engine has no public "answer this call from outside its handler" yet; this is the
+    # only place the client reaches into it.
+    call.connection._answer(call, result)
+    call._cancel()
+
+
+class TurnTracker:
+    """Prompts in flight, sessions whose turn was cancelled, and pending permission calls."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._prompts: Counter[str] = Counter()
+        self._cancelled: set[str] = set()
+        self._permissions: dict[str, set[InboundCall]] = {}
+
+    # -- prompts ---------------------------------------------------------------------------
+
+    def prompt_started(self, session_id: str) -> None:
+        """A ``session/prompt`` for ``session_id`` is about to be sent."""
+        with self._lock:
+            self._prompts[session_id] += 1
+
+    def prompt_finished(self, session_id: str) -> None:
+        """That prompt returned (or failed): the cancelled turn, if any, is over."""
+        with self._lock:
+            self._prompts[session_id] -= 1
+            if self._prompts[session_id] <= 0:
+                del self._prompts[session_id]
+                self._cancelled.discard(session_id)
+
+    def cancel(self, session_id: str) -> list[InboundCall]:
+        """Mark the session's turn cancelled; return its pending permission calls to answer."""
+        with self._lock:
+            if session_id in self._prompts:
+                self._cancelled.add(session_id)
+            return list(self._permissions.pop(session_id, ()))
+
+    # -- permission requests ---------------------------------------------------------------
+
+    def permission_started(self, session_id: str, call: InboundCall) -> bool:
+        """Register a permission call; False when its turn is already cancelled."""
+        with self._lock:
+            if session_id in self._cancelled:
+                return False
+            self._permissions.setdefault(session_id, set()).add(call)
+            return True
+
+    def permission_finished(self, session_id: str, call: InboundCall) -> None:
+        """The permission handler returned (or the call was cancelled)."""
+        with self._lock:
+            calls = self._permissions.get(session_id)
+            if calls is not None:
+                calls.discard(call)
+                if not calls:
+                    del self._permissions[session_id]
+
+    def cancel_permissions(self, session_id: str) -> int:
+        """Answer every pending permission call of ``session_id`` with ``cancelled``."""
+        calls = self.cancel(session_id)
+        for call in calls:
+            _log.debug("session %s cancelled: answering permission request %r as cancelled", session_id, call.id)
+            answer_early(call, CANCELLED_PERMISSION)
+        return len(calls)

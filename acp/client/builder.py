@@ -1,0 +1,515 @@
+"""``SyncClient.builder()``: transport, handlers and options, checked once in :meth:`build`.
+
+Capabilities are never spelled out by hand: they are derived from the handlers registered
+(``read_text_file_handler`` => ``fs.readTextFile``; all five terminal handlers => ``terminal``;
+``create_elicitation_handler`` => ``elicitation`` in the modes given). Extra capabilities that
+need no handler (``auth.terminal``, ``_meta`` entries...) can be given with
+:meth:`SyncClientBuilder.client_capabilities`; one that needs a handler fails :meth:`build`
+when the handler is missing.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, Union, overload
+
+import msgspec
+from typing_extensions import Self
+
+from .. import schema
+from ..capabilities import TERMINAL_METHODS, derive_client_capabilities
+from ..connection import DEFAULT_REQUEST_TIMEOUT, WireTap
+from ..transport.base import Transport
+from ..wiretap import JsonlWireTap
+from ._handlers import HandlerSet
+from .context import ClientRequestContext
+
+if TYPE_CHECKING:
+    from .client import SyncClient
+
+StrPath = Union[str, "os.PathLike[str]"]
+
+__all__ = ["SyncClientBuilder", "TerminalHandlers", "ProcessSpec"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+Ctx = ClientRequestContext
+
+# Builder method name -> wire method, for the five terminal handlers (all or none).
+_TERMINAL_HANDLERS = {
+    "create_terminal_handler": "terminal/create",
+    "terminal_output_handler": "terminal/output",
+    "release_terminal_handler": "terminal/release",
+    "wait_for_terminal_exit_handler": "terminal/wait_for_exit",
+    "kill_terminal_handler": "terminal/kill",
+}
+assert set(_TERMINAL_HANDLERS.values()) == set(TERMINAL_METHODS)
+
+
+class TerminalHandlers(Protocol):
+    """An object serving the five ``terminal/*`` methods (see ``terminal_handlers``)."""
+
+    def create_terminal(self, request: schema.CreateTerminalRequest, ctx: Ctx) -> schema.CreateTerminalResponse:
+        """Start a command; answer its terminal id."""
+        ...
+
+    def terminal_output(self, request: schema.TerminalOutputRequest, ctx: Ctx) -> schema.TerminalOutputResponse:
+        """Answer the output so far (and the exit status once it exited)."""
+        ...
+
+    def release_terminal(
+        self, request: schema.ReleaseTerminalRequest, ctx: Ctx
+    ) -> schema.ReleaseTerminalResponse | None:
+        """Kill the command if still running and free the terminal."""
+        ...
+
+    def wait_for_terminal_exit(
+        self, request: schema.WaitForTerminalExitRequest, ctx: Ctx
+    ) -> schema.WaitForTerminalExitResponse:
+        """Block until the command exits; answer its exit status."""
+        ...
+
+    def kill_terminal(self, request: schema.KillTerminalRequest, ctx: Ctx) -> schema.KillTerminalResponse | None:
+        """Kill the command, keeping the terminal (and its output) until released."""
+        ...
+
+
+@dataclass(frozen=True)
+class ProcessSpec:
+    """How to spawn the agent (``agent_process``)."""
+
+    argv: tuple[str, ...]
+    cwd: StrPath | None = None
+    env: Mapping[str, str] | None = None
+    inherit_env: bool = True
+
+
+@dataclass
+class ClientConfig:
+    """What :meth:`SyncClientBuilder.build` hands to :class:`SyncClient` (validated)."""
+
+    transport: Transport
+    process: Any  # the ProcessTransport when spawned, else None
+    handlers: HandlerSet
+    capabilities: schema.ClientCapabilities
+    client_info: schema.Implementation
+    request_timeout: float | None
+    prompt_timeout: float | None
+    executor: Executor | None
+    wire_tap: WireTap | None
+    owned_tap: JsonlWireTap | None
+    unstable: bool
+    name: str
+
+
+def _default_client_info() -> schema.Implementation:
+    from .. import __version__
+
+    return schema.Implementation(name="acp-python", version=__version__)
+
+
+class SyncClientBuilder:
+    """Collects a client's transport, handlers and options; :meth:`build` makes the client.
+
+    Every method returns the builder, so calls chain; the ``on_...`` variants register the
+    same handlers as decorators. :meth:`build` validates everything before it spawns anything.
+    """
+
+    def __init__(self) -> None:
+        self._transports: list[Transport | ProcessSpec] = []
+        self._handlers = HandlerSet()
+        self._elicitation_modes = (True, False)
+        self._explicit_caps: schema.ClientCapabilities | None = None
+        self._client_info: schema.Implementation | None = None
+        self._request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT
+        self._prompt_timeout: float | None = None
+        self._executor: Executor | None = None
+        self._wire_tap: WireTap | StrPath | None = None
+        self._unstable = False
+        self._name = "acp-client"
+        self._errors: list[str] = []
+
+    # ------------------------------------------------------------------ transport
+
+    def agent_process(
+        self,
+        *argv: str,
+        cwd: StrPath | None = None,
+        env: Mapping[str, str] | None = None,
+        inherit_env: bool = True,
+    ) -> Self:
+        """Spawn ``argv`` at :meth:`build` and talk to it over its stdin/stdout.
+
+        The child inherits our environment updated with ``env`` (``inherit_env=False``: exactly
+        ``env``). Its stderr goes to the ``acp.transport.process`` logger. Closing the client
+        closes its stdin, waits, then terminates and finally kills it.
+        """
+        if not argv:
+            raise ValueError("agent_process needs a command")
+        self._transports.append(ProcessSpec(tuple(os.fspath(a) for a in argv), cwd, env, inherit_env))
+        return self
+
+    def transport(self, transport: Transport) -> Self:
+        """Talk over an existing transport (``memory_pair()``, a socket...); the client owns
+        it from :meth:`build` on and closes it."""
+        self._transports.append(transport)
+        return self
+
+    # ------------------------------------------------------------------ handlers
+
+    def session_update_handler(self, fn: Callable[[schema.SessionNotification], None]) -> Self:
+        """Add a consumer of ``session/update`` notifications: ``fn(notification)``.
+
+        Several may be added; each update goes to all of them in registration order, one update
+        at a time, in arrival order. When a request such as ``prompt()`` returns, every update
+        that arrived before its answer has been handled.
+        """
+        self._handlers.session_update.append(fn)
+        return self
+
+    def request_permission_handler(
+        self,
+        fn: Callable[[schema.RequestPermissionRequest, Ctx], schema.RequestPermissionResponse],
+    ) -> Self:
+        """Answer ``session/request_permission``. Without one, the SDK answers ``cancelled``.
+
+        When the user cancels the turn (``client.cancel``), the SDK answers a pending request
+        ``cancelled`` itself; the handler sees ``ctx.cancelled`` and its late answer is dropped.
+        """
+        return self._request("session/request_permission", fn, "request_permission_handler")
+
+    def read_text_file_handler(
+        self, fn: Callable[[schema.ReadTextFileRequest, Ctx], schema.ReadTextFileResponse | str]
+    ) -> Self:
+        """Serve ``fs/read_text_file`` (advertises ``fs.readTextFile``). May return a plain
+        ``str``; raising ``FileNotFoundError`` answers the spec's -32002 resource not found."""
+        return self._request("fs/read_text_file", fn, "read_text_file_handler")
+
+    def write_text_file_handler(
+        self, fn: Callable[[schema.WriteTextFileRequest, Ctx], schema.WriteTextFileResponse | None]
+    ) -> Self:
+        """Serve ``fs/write_text_file`` (advertises ``fs.writeTextFile``); may return None."""
+        return self._request("fs/write_text_file", fn, "write_text_file_handler")
+
+    def create_terminal_handler(
+        self, fn: Callable[[schema.CreateTerminalRequest, Ctx], schema.CreateTerminalResponse]
+    ) -> Self:
+        """Serve ``terminal/create`` (one of the five terminal handlers: all or none)."""
+        return self._request("terminal/create", fn, "create_terminal_handler")
+
+    def terminal_output_handler(
+        self, fn: Callable[[schema.TerminalOutputRequest, Ctx], schema.TerminalOutputResponse]
+    ) -> Self:
+        """Serve ``terminal/output`` (one of the five terminal handlers: all or none)."""
+        return self._request("terminal/output", fn, "terminal_output_handler")
+
+    def release_terminal_handler(
+        self, fn: Callable[[schema.ReleaseTerminalRequest, Ctx], schema.ReleaseTerminalResponse | None]
+    ) -> Self:
+        """Serve ``terminal/release`` (one of the five terminal handlers: all or none)."""
+        return self._request("terminal/release", fn, "release_terminal_handler")
+
+    def wait_for_terminal_exit_handler(
+        self, fn: Callable[[schema.WaitForTerminalExitRequest, Ctx], schema.WaitForTerminalExitResponse]
+    ) -> Self:
+        """Serve ``terminal/wait_for_exit`` (one of the five terminal handlers: all or none)."""
+        return self._request("terminal/wait_for_exit", fn, "wait_for_terminal_exit_handler")
+
+    def kill_terminal_handler(
+        self, fn: Callable[[schema.KillTerminalRequest, Ctx], schema.KillTerminalResponse | None]
+    ) -> Self:
+        """Serve ``terminal/kill`` (one of the five terminal handlers: all or none)."""
+        return self._request("terminal/kill", fn, "kill_terminal_handler")
+
+    def terminal_handlers(self, handlers: TerminalHandlers) -> Self:
+        """Register all five terminal handlers from one object (see :class:`TerminalHandlers`)."""
+        self.create_terminal_handler(handlers.create_terminal)
+        self.terminal_output_handler(handlers.terminal_output)
+        self.release_terminal_handler(handlers.release_terminal)
+        self.wait_for_terminal_exit_handler(handlers.wait_for_terminal_exit)
+        return self.kill_terminal_handler(handlers.kill_terminal)
+
+    def create_elicitation_handler(
+        self,
+        fn: Callable[[schema.CreateElicitationRequest, Ctx], schema.CreateElicitationResponse],
+        *,
+        form: bool = True,
+        url: bool = False,
+    ) -> Self:
+        """Serve ``elicitation/create``, advertising the ``form`` and/or ``url`` modes."""
+        if not (form or url):
+            raise ValueError("create_elicitation_handler: enable form and/or url mode")
+        self._elicitation_modes = (form, url)
+        return self._request("elicitation/create", fn, "create_elicitation_handler")
+
+    def complete_elicitation_handler(
+        self, fn: Callable[[schema.CompleteElicitationNotification], None]
+    ) -> Self:
+        """Handle the ``elicitation/complete`` notification (URL mode): ``fn(notification)``."""
+        if "elicitation/complete" in self._handlers.notifications:
+            raise ValueError("complete_elicitation_handler is already registered")
+        self._handlers.notifications["elicitation/complete"] = fn
+        return self
+
+    def ext_request_handler(self, name: str, fn: Callable[[Any, Ctx], Any]) -> Self:
+        """Answer the extension request ``name`` (must start with ``_``): ``fn(params, ctx)``
+        gets and returns plain JSON values."""
+        _check_ext_name(name)
+        if name in self._handlers.ext_requests:
+            raise ValueError(f"an ext request handler for {name!r} is already registered")
+        self._handlers.ext_requests[name] = fn
+        return self
+
+    def ext_notification_handler(self, name: str, fn: Callable[[Any], None]) -> Self:
+        """Handle the extension notification ``name`` (must start with ``_``): ``fn(params)``."""
+        _check_ext_name(name)
+        if name in self._handlers.ext_notifications:
+            raise ValueError(f"an ext notification handler for {name!r} is already registered")
+        self._handlers.ext_notifications[name] = fn
+        return self
+
+    def _request(self, method: str, fn: Callable[..., Any], what: str) -> Self:
+        if not callable(fn):
+            raise TypeError(f"{what}: {fn!r} is not callable")
+        if method in self._handlers.requests:
+            raise ValueError(f"{what} is already registered")
+        self._handlers.requests[method] = fn
+        return self
+
+    # ------------------------------------------------------------------ decorators
+
+    def on_session_update(self, fn: F) -> F:
+        """Decorator form of :meth:`session_update_handler`."""
+        self.session_update_handler(fn)
+        return fn
+
+    def on_request_permission(self, fn: F) -> F:
+        """Decorator form of :meth:`request_permission_handler`."""
+        self.request_permission_handler(fn)
+        return fn
+
+    def on_read_text_file(self, fn: F) -> F:
+        """Decorator form of :meth:`read_text_file_handler`."""
+        self.read_text_file_handler(fn)
+        return fn
+
+    def on_write_text_file(self, fn: F) -> F:
+        """Decorator form of :meth:`write_text_file_handler`."""
+        self.write_text_file_handler(fn)
+        return fn
+
+    def on_create_terminal(self, fn: F) -> F:
+        """Decorator form of :meth:`create_terminal_handler`."""
+        self.create_terminal_handler(fn)
+        return fn
+
+    def on_terminal_output(self, fn: F) -> F:
+        """Decorator form of :meth:`terminal_output_handler`."""
+        self.terminal_output_handler(fn)
+        return fn
+
+    def on_release_terminal(self, fn: F) -> F:
+        """Decorator form of :meth:`release_terminal_handler`."""
+        self.release_terminal_handler(fn)
+        return fn
+
+    def on_wait_for_terminal_exit(self, fn: F) -> F:
+        """Decorator form of :meth:`wait_for_terminal_exit_handler`."""
+        self.wait_for_terminal_exit_handler(fn)
+        return fn
+
+    def on_kill_terminal(self, fn: F) -> F:
+        """Decorator form of :meth:`kill_terminal_handler`."""
+        self.kill_terminal_handler(fn)
+        return fn
+
+    @overload
+    def on_create_elicitation(self, fn: F, *, form: bool = ..., url: bool = ...) -> F: ...
+    @overload
+    def on_create_elicitation(self, fn: None = ..., *, form: bool = ..., url: bool = ...) -> Callable[[F], F]: ...
+    def on_create_elicitation(
+        self, fn: F | None = None, *, form: bool = True, url: bool = False
+    ) -> F | Callable[[F], F]:
+        """Decorator form of :meth:`create_elicitation_handler`: ``@b.on_create_elicitation``
+        or ``@b.on_create_elicitation(form=True, url=True)``."""
+
+        def register(f: F) -> F:
+            self.create_elicitation_handler(f, form=form, url=url)
+            return f
+
+        return register if fn is None else register(fn)
+
+    def on_complete_elicitation(self, fn: F) -> F:
+        """Decorator form of :meth:`complete_elicitation_handler`."""
+        self.complete_elicitation_handler(fn)
+        return fn
+
+    def on_ext_request(self, name: str) -> Callable[[F], F]:
+        """Decorator form of :meth:`ext_request_handler`: ``@b.on_ext_request("_my/method")``."""
+
+        def register(f: F) -> F:
+            self.ext_request_handler(name, f)
+            return f
+
+        return register
+
+    def on_ext_notification(self, name: str) -> Callable[[F], F]:
+        """Decorator form of :meth:`ext_notification_handler`."""
+
+        def register(f: F) -> F:
+            self.ext_notification_handler(name, f)
+            return f
+
+        return register
+
+    # ------------------------------------------------------------------ options
+
+    def client_info(self, name: str, version: str, title: str | None = None) -> Self:
+        """The ``clientInfo`` sent in ``initialize`` (default: this SDK's name and version)."""
+        self._client_info = schema.Implementation(name=name, version=version, title=title)
+        return self
+
+    def client_capabilities(self, capabilities: schema.ClientCapabilities) -> Self:
+        """Extra capabilities to advertise on top of the derived ones (e.g. ``auth.terminal``,
+        ``session.config_options``, ``_meta``). ``fs``, ``terminal`` and ``elicitation`` always
+        come from the handlers; declaring one here without its handler fails :meth:`build`."""
+        self._explicit_caps = capabilities
+        return self
+
+    def request_timeout(self, seconds: float | None) -> Self:
+        """Timeout of every call except ``session/prompt`` (default 60 s; None: none)."""
+        self._request_timeout = _check_timeout(seconds)
+        return self
+
+    def prompt_timeout(self, seconds: float | None) -> Self:
+        """Timeout of ``session/prompt`` (default None: a turn may take as long as it takes)."""
+        self._prompt_timeout = _check_timeout(seconds)
+        return self
+
+    def handler_executor(self, executor: Executor) -> Self:
+        """Run request handlers on ``executor`` (never shut down by the SDK) instead of the
+        SDK's own thread pool."""
+        self._executor = executor
+        return self
+
+    def wire_tap(self, tap: Union[WireTap, StrPath]) -> Self:
+        """See every line sent and received: a callback ``tap(direction, line)`` with
+        direction ``"in"``/``"out"``, or a path to append a JSONL transcript to
+        (see :class:`~acp.wiretap.JsonlWireTap`)."""
+        self._wire_tap = tap
+        return self
+
+    def unstable(self, enabled: bool = True) -> Self:
+        """Opt in to the unstable protocol methods (``session/fork``, ``providers/*``,
+        ``nes/*``, ``document/*``); without it they raise ``CapabilityError``."""
+        self._unstable = bool(enabled)
+        return self
+
+    def name(self, name: str) -> Self:
+        """The name used in thread names and logs (default ``acp-client``)."""
+        self._name = name
+        return self
+
+    # ------------------------------------------------------------------ build
+
+    def derived_capabilities(self) -> schema.ClientCapabilities:
+        """The ``clientCapabilities`` :meth:`build` would advertise (raises like it)."""
+        handlers = self._handlers
+        methods = handlers.methods()
+        problems: list[str] = []
+        present = [m for m in TERMINAL_METHODS if m in methods]
+        if present and len(present) != len(TERMINAL_METHODS):
+            missing = [name for name, m in _TERMINAL_HANDLERS.items() if m not in methods]
+            problems.append(
+                "terminal handlers are all or none: missing " + ", ".join(missing)
+            )
+        if "elicitation/complete" in methods and "elicitation/create" not in methods:
+            problems.append("complete_elicitation_handler needs a create_elicitation_handler")
+        form, url = self._elicitation_modes
+        derived = derive_client_capabilities(methods, elicitation_form=form, elicitation_url=url)
+        explicit = self._explicit_caps
+        if explicit is not None:
+            problems.extend(_explicit_without_handler(explicit, derived))
+            derived = msgspec.structs.replace(
+                explicit, fs=derived.fs, terminal=derived.terminal, elicitation=derived.elicitation
+            )
+        if problems:
+            raise ValueError("cannot build the client: " + "; ".join(problems))
+        return derived
+
+    def build(self) -> SyncClient:
+        """Validate, open the transport (spawning the agent), start the connection.
+
+        Raises ``ValueError`` naming every problem: no transport or more than one, a partial
+        set of terminal handlers, a capability declared without its handler.
+        """
+        from ..transport.process import ProcessTransport
+        from .client import SyncClient
+
+        if len(self._transports) != 1:
+            raise ValueError(
+                "cannot build the client: give exactly one transport (agent_process(...) or "
+                f"transport(...)), got {len(self._transports)}"
+            )
+        capabilities = self.derived_capabilities()
+        owned_tap = None
+        tap = self._wire_tap
+        if tap is not None and not callable(tap):
+            owned_tap = tap = JsonlWireTap(tap)
+        source = self._transports[0]
+        process = None
+        try:
+            if isinstance(source, ProcessSpec):
+                transport: Transport = ProcessTransport(
+                    source.argv, cwd=source.cwd, env=source.env, inherit_env=source.inherit_env
+                )
+                process = transport
+            else:
+                transport = source
+        except BaseException:
+            if owned_tap is not None:
+                owned_tap.close()
+            raise
+        config = ClientConfig(
+            transport=transport,
+            process=process,
+            handlers=self._handlers,
+            capabilities=capabilities,
+            client_info=self._client_info or _default_client_info(),
+            request_timeout=self._request_timeout,
+            prompt_timeout=self._prompt_timeout,
+            executor=self._executor,
+            wire_tap=tap,
+            owned_tap=owned_tap,
+            unstable=self._unstable,
+            name=self._name,
+        )
+        return SyncClient(config)
+
+
+def _check_ext_name(name: str) -> None:
+    if not isinstance(name, str) or not name.startswith("_") or len(name) < 2:
+        raise ValueError(f"extension method names start with '_' (got {name!r})")
+
+
+def _check_timeout(seconds: float | None) -> float | None:
+    if seconds is not None and not seconds > 0:
+        raise ValueError(f"a timeout must be positive or None (got {seconds!r})")
+    return seconds
+
+
+def _explicit_without_handler(
+    explicit: schema.ClientCapabilities, derived: schema.ClientCapabilities
+) -> list[str]:
+    problems = []
+    if explicit.fs.read_text_file and not derived.fs.read_text_file:
+        problems.append("fs.readTextFile is declared but no read_text_file_handler is registered")
+    if explicit.fs.write_text_file and not derived.fs.write_text_file:
+        problems.append("fs.writeTextFile is declared but no write_text_file_handler is registered")
+    if explicit.terminal and not derived.terminal:
+        problems.append("terminal is declared but the five terminal handlers are not registered")
+    if explicit.elicitation is not None and derived.elicitation is None:
+        problems.append("elicitation is declared but no create_elicitation_handler is registered")
+    return problems
