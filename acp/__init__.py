@@ -24,11 +24,41 @@ _LAZY: dict[str, str] = {
     "NegotiatedCapabilities": "acp.capabilities",
     "Connection": "acp.connection",
     "InboundCall": "acp.connection",
+    "SyncAgent": "acp.agent",
+    "SyncAgentBuilder": "acp.agent",
+    "AgentConnection": "acp.agent",
+    "AgentRequestContext": "acp.agent",
+    "PromptContext": "acp.agent",
+    "CommandResult": "acp.agent",
+    "SyncClient": "acp.client",
+    "SyncClientBuilder": "acp.client",
+    "ClientRequestContext": "acp.client",
+    "UnsupportedProtocolVersionError": "acp.client",
+    "LocalFiles": "acp.client",
+    "LocalTerminals": "acp.client",
+    "PermissionPolicy": "acp.client",
 }
 
 if TYPE_CHECKING:
     from . import errors, schema
     from .capabilities import NegotiatedCapabilities
+    from .agent import (
+        AgentConnection,
+        AgentRequestContext,
+        CommandResult,
+        PromptContext,
+        SyncAgent,
+        SyncAgentBuilder,
+    )
+    from .client import (
+        ClientRequestContext,
+        LocalFiles,
+        LocalTerminals,
+        PermissionPolicy,
+        SyncClient,
+        SyncClientBuilder,
+        UnsupportedProtocolVersionError,
+    )
     from .connection import Connection, InboundCall
     from .errors import (
         AcpError,
@@ -67,4 +97,17 @@ __all__ = [  # spelled out for linters; tests check it matches _LAZY
     "NegotiatedCapabilities",
     "Connection",
     "InboundCall",
+    "SyncAgent",
+    "SyncAgentBuilder",
+    "AgentConnection",
+    "AgentRequestContext",
+    "PromptContext",
+    "CommandResult",
+    "SyncClient",
+    "SyncClientBuilder",
+    "ClientRequestContext",
+    "UnsupportedProtocolVersionError",
+    "LocalFiles",
+    "LocalTerminals",
+    "PermissionPolicy",
 ]
