@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 SCHEMA_DIR ?= ../shared/acp-schema
 
-.PHONY: install test test-all lint schema bench demo clean
+.PHONY: install test test-all lint schema bench bench-setup demo clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,14 @@ lint: $(STAMP)
 
 schema: $(STAMP)
 	$(PY) tools/generate_schema.py --schema-dir $(SCHEMA_DIR) --out acp/schema
+
+# Our SDK vs the official Python SDK (its own venv, installed on first use) vs a bare msgspec
+# pipe, side by side; results in benchmarks/results/latest.json. BENCH_ARGS: --quick, --only rtt...
+bench: $(STAMP)
+	$(PY) benchmarks/run.py --setup $(BENCH_ARGS)
+
+bench-setup: $(STAMP)
+	$(PY) benchmarks/run.py --setup-only
 
 # Runs the suite under every supported interpreter pyenv has (3.10 .. 3.13).
 test-all:

@@ -1,0 +1,46 @@
+"""Who is measured: each implementation is a client script (which spawns its agent), the
+interpreter that runs it, and what its ``import`` scenario imports."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import official_venv
+
+PEERS = Path(__file__).resolve().parent.parent / "peers"
+
+
+@dataclass(frozen=True)
+class Implementation:
+    name: str
+    label: str
+    python: Path
+    client: Path
+    imports: tuple[str, ...]  # import scenario: `import <these>` (the -X importtime cumulative)
+    ready: str  # import scenario: a statement that loads what an agent and a client need
+
+    def missing(self) -> str | None:
+        """Why this implementation cannot run here (None: it can)."""
+        if not self.python.exists():
+            return f"{self.python} not found (run `make bench-setup`)"
+        return None
+
+
+def all_implementations() -> tuple[Implementation, ...]:
+    ours = Path(sys.executable)
+    return (
+        Implementation("bare", "bare msgspec", ours, PEERS / "bare_client.py", ("msgspec",),
+                       "import msgspec"),
+        Implementation("official", "official SDK", official_venv.PYTHON, PEERS / "official_client.py",
+                       ("acp",), "import acp; acp.run_agent, acp.connect_to_agent, acp.schema"),
+        Implementation("conn", "acp.connection", ours, PEERS / "conn_client.py", ("acp.connection",),
+                       "import acp.connection, acp.transport"),
+        Implementation("ours", "acp Sync*", ours, PEERS / "ours_client.py", ("acp",),
+                       "import acp; acp.SyncAgent, acp.SyncClient, acp.PromptContext, acp.schema"),
+    )
+
+
+BY_NAME = {impl.name: impl for impl in all_implementations()}
+NAMES = tuple(BY_NAME)

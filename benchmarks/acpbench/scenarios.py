@@ -1,0 +1,56 @@
+"""The scenarios and their figures."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str  # the key a client script reports
+    unit: str
+    higher_is_better: bool
+    label: str = ""  # tells apart the figures of one scenario
+    sized: bool = True  # False: the figure does not depend on the scenario's N
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str
+    metrics: tuple[Metric, ...]
+    n: int  # default size
+    n_quick: int  # --quick
+    n_test: int  # tests/test_benchmarks.py
+    runs_in_client: bool = True  # False: measured by the harness itself (import)
+
+
+def _rate(name: str, unit: str) -> tuple[Metric, ...]:
+    return (Metric(name, unit, higher_is_better=True),)
+
+
+SCENARIOS: tuple[Scenario, ...] = (
+    Scenario("rtt", "N sequential session/prompt round trips, answered end_turn at once",
+             _rate("prompts_per_s", "prompts/s"), n=5000, n_quick=200, n_test=10),
+    Scenario("stream", "one prompt streaming N agent_message_chunk updates, counted in order",
+             _rate("chunks_per_s", "chunks/s"), n=50000, n_quick=2000, n_test=50),
+    Scenario("read", "one prompt making N sequential fs/read_text_file calls (1 KiB answers)",
+             _rate("reads_per_s", "reads/s"), n=3000, n_quick=200, n_test=10),
+    Scenario("sessions", "N x (session/new, then one prompt)",
+             _rate("sessions_per_s", "sessions/s"), n=1000, n_quick=100, n_test=5),
+    Scenario("concurrent", "8 sessions prompting at once from 8 client threads (or tasks), N prompts",
+             _rate("prompts_per_s", "prompts/s"), n=4000, n_quick=400, n_test=16),
+    Scenario("startup", "from spawning the agent to the initialize answer",
+             (Metric("startup_ms", "ms", higher_is_better=False, sized=False),), n=1, n_quick=1, n_test=1),
+    Scenario("import", "python -X importtime: `import acp` cumulative (bare: msgspec); ready: "
+             "everything imported to reach the agent and client API, beyond the interpreter's startup",
+             (Metric("import_us", "us", higher_is_better=False, sized=False),
+              Metric("import_ready_us", "us", higher_is_better=False, label="ready", sized=False)),
+             n=1, n_quick=1, n_test=1, runs_in_client=False),
+    Scenario("memory", "agent peak RSS (VmHWM): idle after initialize + 1 session; holding N sessions",
+             (Metric("rss_idle_mib", "MiB", higher_is_better=False, label="idle", sized=False),
+              Metric("rss_sessions_mib", "MiB", higher_is_better=False, label="N sessions")),
+             n=1000, n_quick=100, n_test=10),
+)
+
+BY_NAME = {scenario.name: scenario for scenario in SCENARIOS}

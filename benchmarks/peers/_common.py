@@ -1,0 +1,212 @@
+"""What every peer script shares: the scenarios' client side, the wire constants, the output.
+
+Stdlib only: the official SDK's venv has neither msgspec nor our ``acp``.
+
+A client script is run as ``<client>.py SCENARIO N``; it spawns its agent, runs the scenario
+and prints one JSON line on stdout: ``{"metrics": {...}, "count": K}`` (K: operations checked,
+which must equal N) or ``{"unavailable": "why"}``. The agent is told what to do by the prompt
+text: ``stream N`` (N agent_message_chunk updates), ``read N`` (N fs/read_text_file calls),
+anything else answers end_turn at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+SCENARIOS = ("rtt", "stream", "read", "sessions", "concurrent", "startup", "memory")
+CONCURRENCY = 8
+READ_PATH = "/tmp/acp-bench/file.txt"  # never opened: the client answers with FILE_CONTENT
+FILE_CONTENT = "x" * 1024
+CWD = "/tmp"
+WARMUP_PROMPTS = 20
+
+
+def parse_args() -> tuple[str, int]:
+    """``SCENARIO N`` from the command line."""
+    if len(sys.argv) != 3 or sys.argv[1] not in SCENARIOS:
+        sys.exit(f"usage: {sys.argv[0]} {{{','.join(SCENARIOS)}}} N")
+    return sys.argv[1], int(sys.argv[2])
+
+
+def emit(metrics: dict[str, float], count: int) -> None:
+    print(json.dumps({"metrics": metrics, "count": count}), flush=True)
+
+
+def unavailable(reason: str) -> None:
+    print(json.dumps({"unavailable": reason}), flush=True)
+    sys.exit(0)
+
+
+def agent_reply(text: str) -> tuple[str, int]:
+    """What the agent does for a prompt: ("stream" | "read" | "answer", n)."""
+    command, _, arg = text.partition(" ")
+    if command in ("stream", "read"):
+        return command, int(arg)
+    return "answer", 0
+
+
+class ChunkCounter:
+    """Counts streamed chunks (texts "0", "1", ...) and how many arrived out of order."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.disorder = 0
+
+    def __call__(self, text: str) -> None:
+        if text != str(self.count):
+            self.disorder += 1
+        self.count += 1
+
+
+# ---------------------------------------------------------------------- the agent process
+
+
+def agent_pid() -> int:
+    """The pid of this process's only child (the agent), found in /proc."""
+    me = str(os.getpid())
+    children = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            if stat.rsplit(")", 1)[1].split()[1] == me:  # field 4: ppid
+                children.append(int(entry))
+    if len(children) != 1:
+        raise RuntimeError(f"expected one agent process, found children {children}")
+    return children[0]
+
+
+def peak_rss_mib(pid: int) -> float:
+    """VmHWM (peak resident set size) of ``pid`` in MiB."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc/<pid>/status")
+
+
+# ---------------------------------------------------------------------- blocking clients
+
+
+class SyncBenchClient(Protocol):
+    """What a blocking client adapter offers the scenario driver."""
+
+    chunks: ChunkCounter
+    reads: int
+
+    def initialize(self) -> None: ...
+    def new_session(self) -> str: ...
+    def prompt(self, session_id: str, text: str) -> str: ...
+    def prepare_concurrency(self) -> None: ...  # called before prompts come from many threads
+    def close(self) -> None: ...
+
+
+def run_sync(scenario: str, n: int, open_client: Callable[[], SyncBenchClient]) -> None:
+    """Run ``scenario`` with a blocking client adapter and emit its figures."""
+    start = time.perf_counter()
+    client = open_client()
+    try:
+        client.initialize()
+        if scenario == "startup":
+            emit({"startup_ms": (time.perf_counter() - start) * 1000}, 1)
+            return
+        metrics, count = _SYNC_SCENARIOS[scenario](client, n)
+    finally:
+        client.close()
+    emit(metrics, count)
+
+
+def _warm(client: SyncBenchClient) -> str:
+    session_id = client.new_session()
+    for _ in range(WARMUP_PROMPTS):
+        client.prompt(session_id, "warm")
+    return session_id
+
+
+def _rtt(client: SyncBenchClient, n: int) -> tuple[dict[str, float], int]:
+    session_id = _warm(client)
+    prompt = client.prompt
+    ok = 0
+    start = time.perf_counter()
+    for _ in range(n):
+        ok += prompt(session_id, "hello") == "end_turn"
+    return {"prompts_per_s": n / (time.perf_counter() - start)}, ok
+
+
+def _stream(client: SyncBenchClient, n: int) -> tuple[dict[str, float], int]:
+    session_id = _warm(client)
+    start = time.perf_counter()
+    stop = client.prompt(session_id, f"stream {n}")
+    elapsed = time.perf_counter() - start
+    chunks = client.chunks
+    ok = stop == "end_turn" and chunks.disorder == 0
+    return {"chunks_per_s": n / elapsed}, chunks.count if ok else -1
+
+
+def _read(client: SyncBenchClient, n: int) -> tuple[dict[str, float], int]:
+    session_id = _warm(client)
+    start = time.perf_counter()
+    stop = client.prompt(session_id, f"read {n}")  # the agent answers end_turn iff every read was 1 KiB
+    elapsed = time.perf_counter() - start
+    return {"reads_per_s": n / elapsed}, client.reads if stop == "end_turn" else -1
+
+
+def _sessions(client: SyncBenchClient, n: int) -> tuple[dict[str, float], int]:
+    _warm(client)
+    ok = 0
+    start = time.perf_counter()
+    for _ in range(n):
+        ok += client.prompt(client.new_session(), "hello") == "end_turn"
+    return {"sessions_per_s": n / (time.perf_counter() - start)}, ok
+
+
+def _concurrent(client: SyncBenchClient, n: int) -> tuple[dict[str, float], int]:
+    _warm(client)
+    sessions = [client.new_session() for _ in range(CONCURRENCY)]
+    client.prepare_concurrency()
+    shares = [n // CONCURRENCY + (i < n % CONCURRENCY) for i in range(CONCURRENCY)]
+    done = [0] * CONCURRENCY
+    barrier = threading.Barrier(CONCURRENCY + 1)
+
+    def worker(index: int) -> None:
+        session_id = sessions[index]
+        barrier.wait()
+        for _ in range(shares[index]):
+            done[index] += client.prompt(session_id, "hello") == "end_turn"
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(CONCURRENCY)]
+    for thread in threads:
+        thread.start()
+    barrier.wait()
+    start = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    return {"prompts_per_s": n / (time.perf_counter() - start)}, sum(done)
+
+
+def _memory(client: SyncBenchClient, n: int) -> tuple[dict[str, float], int]:
+    pid = agent_pid()
+    client.new_session()
+    idle = peak_rss_mib(pid)
+    for _ in range(n - 1):
+        client.new_session()
+    return {"rss_idle_mib": idle, "rss_sessions_mib": peak_rss_mib(pid)}, n
+
+
+_SYNC_SCENARIOS: dict[str, Callable[[SyncBenchClient, int], tuple[dict[str, float], int]]] = {
+    "rtt": _rtt,
+    "stream": _stream,
+    "read": _read,
+    "sessions": _sessions,
+    "concurrent": _concurrent,
+    "memory": _memory,
+}

@@ -1,0 +1,55 @@
+"""The agent at the engine level: acp.connection.Connection over stdio with plain dict params."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from _common import FILE_CONTENT, READ_PATH, agent_reply
+
+from acp.connection import Connection, InboundCall
+from acp.transport import StdioTransport
+
+
+def main() -> None:
+    conn = Connection(StdioTransport(), name="bench-agent")
+    sessions: dict[str, str] = {}
+
+    def initialize(params: Any, call: InboundCall) -> Any:
+        return {
+            "protocolVersion": 1,
+            "agentCapabilities": {"loadSession": False},
+            "agentInfo": {"name": "bench", "version": "1"},
+        }
+
+    def new_session(params: Any, call: InboundCall) -> Any:
+        session_id = f"s{len(sessions) + 1}"
+        sessions[session_id] = params["cwd"]
+        return {"sessionId": session_id}
+
+    def prompt(params: Any, call: InboundCall) -> Any:
+        session_id = params["sessionId"]
+        action, n = agent_reply(params["prompt"][0]["text"])
+        if action == "stream":
+            notify = conn.notify
+            for i in range(n):
+                update = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": str(i)}}
+                notify("session/update", {"sessionId": session_id, "update": update})
+        elif action == "read":
+            request = conn.request
+            for _ in range(n):
+                answer = request("fs/read_text_file", {"sessionId": session_id, "path": READ_PATH})
+                if len(answer["content"]) != len(FILE_CONTENT):
+                    return {"stopReason": "refusal"}
+        return {"stopReason": "end_turn"}
+
+    conn.on_request("initialize", initialize)
+    conn.on_request("session/new", new_session)
+    conn.on_request("session/prompt", prompt)
+    conn.on_notification("session/cancel", lambda params: None)
+    conn.start()
+    conn.wait_closed()
+    conn.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""`make bench`: our SDK vs the official Python SDK vs a bare msgspec pipe, in one run.
+
+    python benchmarks/run.py [--quick] [--only SCENARIO ...] [--runs K] [--setup]
+
+Every scenario is measured for each implementation (see benchmarks/acpbench/implementations.py)
+with the agent and the client in separate processes joined by stdio pipes. Runs are
+interleaved (run 1 of every scenario and implementation, then run 2, ...), so drift on a noisy
+machine hits all alike; the table shows medians and ratios, and the JSON (all samples too)
+goes to benchmarks/results/latest.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+from acpbench import measure, official_venv, report
+from acpbench.implementations import BY_NAME as IMPLEMENTATIONS
+from acpbench.scenarios import BY_NAME as SCENARIOS
+from acpbench.scenarios import Scenario
+
+RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, one run")
+    parser.add_argument("--only", action="append", choices=list(SCENARIOS), metavar="SCENARIO",
+                        help=f"run only this scenario (repeatable): {', '.join(SCENARIOS)}")
+    parser.add_argument("--impl", action="append", choices=list(IMPLEMENTATIONS),
+                        help="measure only this implementation (repeatable)")
+    parser.add_argument("--runs", type=int, help="interleaved runs per scenario (default 5; --quick 1)")
+    parser.add_argument("-n", type=int, help="override every scenario's size")
+    parser.add_argument("--setup", action="store_true", help="install the official SDK's venv if missing")
+    parser.add_argument("--setup-only", action="store_true", help="install the official SDK's venv and exit")
+    parser.add_argument("--json", type=Path, default=RESULTS, help=f"where to write the results ({RESULTS})")
+    return parser.parse_args()
+
+
+def measure_once(scenario: Scenario, impl: str, n: int) -> measure.Outcome:
+    implementation = IMPLEMENTATIONS[impl]
+    if scenario.runs_in_client:
+        return measure.run_client(implementation, scenario, n)
+    return measure.import_time(implementation)
+
+
+def warm_up(impls: list[str]) -> None:
+    """Import every SDK once so that bytecode caches exist before anything is timed."""
+    for impl in impls:
+        measure.import_time(IMPLEMENTATIONS[impl])
+
+
+def main() -> None:
+    args = parse_args()
+    if args.setup or args.setup_only:
+        official_venv.ensure()
+        if args.setup_only:
+            return
+    scenarios = [SCENARIOS[name] for name in args.only] if args.only else list(SCENARIOS.values())
+    impls = args.impl or list(IMPLEMENTATIONS)
+    runs = args.runs or (1 if args.quick else 5)
+    sizes = {s.name: args.n or (s.n_quick if args.quick else s.n) for s in scenarios}
+    results = report.Results(sizes)
+    skip: set[str] = set()
+
+    started = time.perf_counter()
+    warm_up(impls)
+    for run in range(runs):
+        rotated = impls[run % len(impls):] + impls[: run % len(impls)]  # no fixed first/last slot
+        for scenario in scenarios:
+            statuses = []
+            for impl in rotated:
+                if impl in skip:
+                    continue
+                outcome = measure_once(scenario, impl, sizes[scenario.name])
+                results.add(scenario, impl, outcome)
+                if outcome.unavailable is not None:
+                    skip.add(impl)
+                statuses.append(f"{impl} {_status(outcome)}")
+            print(f"[run {run + 1}/{runs}] {scenario.name}: {', '.join(statuses)}", file=sys.stderr, flush=True)
+    elapsed = time.perf_counter() - started
+    print(report.table(results))
+    meta = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "runs": runs,
+        "quick": args.quick,
+        "official_sdk": official_venv.version(),
+        "implementations": {i: IMPLEMENTATIONS[i].label for i in impls},
+        "elapsed_s": round(elapsed, 1),
+    }
+    report.write_json(args.json, results, meta)
+    print(f"\n{runs} interleaved run(s) in {elapsed:.0f} s; medians shown; JSON: {args.json}")
+    if results.errors:
+        sys.exit(1)
+
+
+def _status(outcome: measure.Outcome) -> str:
+    return "n/a" if outcome.unavailable else "ERROR" if outcome.error else "ok"
+
+
+if __name__ == "__main__":
+    main()
