@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 SCHEMA_DIR ?= ../shared/acp-schema
 
-.PHONY: install test test-all lint schema bench bench-setup demo clean
+.PHONY: install test test-all lint schema bench bench-setup demo clean interop-setup
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,8 +15,26 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-test: $(STAMP)
+test: $(STAMP) interop-setup
 	$(PY) -m pytest --timeout=120 $(PYTEST_ARGS)
+
+# The official TypeScript SDK, pinned in tests/interop (package.json + package-lock.json), for the
+# interop tests. Installs only when node_modules is missing or older than the lock. Without node/npm
+# it warns (the interop tests then skip) -- except under CI, where it fails.
+INTEROP := tests/interop
+interop-setup:
+	@if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then \
+	  case "$${CI:-}" in ""|0|false|no) \
+	    echo "interop-setup: node/npm not found; the TypeScript interop tests will be skipped"; exit 0;; \
+	  esac; \
+	  echo "interop-setup: error: node and npm are required under CI (tests/interop)" >&2; exit 1; \
+	fi; \
+	if [ ! -f $(INTEROP)/node_modules/.package-lock.json ] || \
+	   [ $(INTEROP)/package-lock.json -nt $(INTEROP)/node_modules/.package-lock.json ]; then \
+	  if [ -f $(INTEROP)/package-lock.json ]; then cmd=ci; else cmd=install; fi; \
+	  echo "interop-setup: npm $$cmd in $(INTEROP)"; \
+	  (cd $(INTEROP) && npm $$cmd --no-audit --no-fund) && touch $(INTEROP)/node_modules/.package-lock.json; \
+	fi
 
 lint: $(STAMP)
 	$(PY) -m ruff check acp tests tools benchmarks
@@ -32,6 +50,10 @@ bench: $(STAMP)
 
 bench-setup: $(STAMP)
 	$(PY) benchmarks/run.py --setup-only
+
+# Spawns the scenario agent and drives one full turn with SyncClient (no network).
+demo: $(STAMP)
+	$(PY) -m acp demo
 
 # Runs the suite under every supported interpreter pyenv has (3.10 .. 3.13).
 test-all:
