@@ -1,0 +1,217 @@
+"""``SyncAgent``: a built agent that serves any number of connections, each on its own.
+
+One built agent can serve stdio, a transport given by hand, or an in-process client at the
+same time; everything negotiated (client capabilities, turns, terminal ids) belongs to one
+:class:`AgentConnection`. When a client goes away (end of input), its connection cancels its
+turns, gives running handlers ``close_timeout`` seconds to answer, and closes itself.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+from types import TracebackType
+
+from ..capabilities import NegotiatedCapabilities
+from ..connection import Connection
+from ..transport import StdioTransport, memory_pair
+from ..transport.base import Transport
+from .builder import AgentSpec, SyncAgentBuilder
+from .client_proxy import ClientProxy
+from .context import SessionUpdater
+from .dispatch import install
+from .scheduler import Scheduler
+from .state import ConnectionState
+from .turns import TurnRegistry
+
+__all__ = ["SyncAgent", "AgentConnection"]
+
+_log = logging.getLogger("acp.agent")
+
+
+class AgentConnection:
+    """One client connected to a :class:`SyncAgent`: a non-blocking handle.
+
+    ``capabilities`` is what this client negotiated; ``client`` makes raw calls into this
+    client outside any turn; ``session(id)`` sends a session's updates outside a turn.
+    """
+
+    def __init__(self, agent: SyncAgent, spec: AgentSpec, transport: Transport, name: str) -> None:
+        self._agent = agent
+        self._spec = spec
+        self.name = name
+        self.connection = Connection(
+            transport,
+            executor=spec.executor,
+            request_timeout=spec.request_timeout,
+            name=name,
+        )
+        scheduler = Scheduler(name)
+        turns = TurnRegistry(scheduler, spec.cancel_grace_period, spec.max_prompt_duration)
+        self._state = ConnectionState(self.connection, turns, scheduler, spec.unstable)
+        self._lock = threading.Lock()
+        self._closing = False
+        self._closer: threading.Thread | None = None
+        self._closed = threading.Event()
+        install(spec, self._state)
+        self.connection.on_close(self._on_input_end)
+
+    def _start(self) -> None:
+        self.connection.start()
+
+    @property
+    def capabilities(self) -> NegotiatedCapabilities:
+        """What was negotiated with this client (nothing before ``initialize``)."""
+        return self._state.capabilities
+
+    @property
+    def initialized(self) -> bool:
+        """True once the client sent ``initialize``."""
+        return self._state.initialized
+
+    @property
+    def client(self) -> ClientProxy:
+        """Raw typed calls into this client, outside any prompt turn (no cancellation)."""
+        return ClientProxy(self._state)
+
+    def session(self, session_id: str) -> SessionUpdater:
+        """Send updates for ``session_id`` to this client outside a prompt turn."""
+        return SessionUpdater(session_id, ClientProxy(self._state))
+
+    @property
+    def is_closed(self) -> bool:
+        """True once the connection is fully closed."""
+        return self._closed.is_set()
+
+    def wait_closed(self, timeout: float | None = None) -> bool:
+        """Block until the connection is closed (client gone, or :meth:`close`)."""
+        return self._closed.wait(timeout)
+
+    def close(self, graceful: bool = False, timeout: float | None = 5.0) -> None:
+        """Close this connection; idempotent.
+
+        ``graceful=False`` cancels every turn and stops at once. ``graceful=True`` stops taking
+        requests and waits up to ``timeout`` for running handlers to answer, then closes.
+        """
+        with self._lock:
+            if self._closing:
+                first = False
+            else:
+                self._closing = True
+                first = True
+        if not first:
+            # Another thread is closing: wait for it, unless that is us (a close callback).
+            if not self._closing_thread_is_current():
+                self._closed.wait(timeout)
+            return
+        self._closer = threading.current_thread()
+        try:
+            if not graceful:
+                self._state.turns.cancel_all(closing=True)
+            self.connection.close(graceful=graceful, timeout=timeout)
+            self._state.turns.cancel_all(closing=True)
+            self._state.scheduler.close()
+        finally:
+            self._agent._forget(self)
+            self._closed.set()
+            _log.debug("%s closed", self.name)
+
+    def _closing_thread_is_current(self) -> bool:
+        return self._closer is threading.current_thread()
+
+    def _on_input_end(self) -> None:
+        # The engine calls this once the input ended (or on close()). The client is gone:
+        # wake every turn so handlers waiting on it answer, then close within the bound.
+        if self._closing:
+            return
+        _log.debug("%s: input ended", self.name)
+        self._state.turns.cancel_all(closing=True)
+        self.close(graceful=True, timeout=self._spec.close_timeout)
+
+    def __repr__(self) -> str:
+        return f"<AgentConnection {self.name}{' closed' if self.is_closed else ''}>"
+
+
+class SyncAgent:
+    """A built agent. Serve it with :meth:`serve_stdio`, :meth:`serve`, :meth:`connect` or
+    :meth:`serve_in_process`; ``with agent:`` (or :meth:`close`) closes every connection."""
+
+    _ids = itertools.count(1)
+
+    def __init__(self, spec: AgentSpec) -> None:
+        self._spec = spec
+        self._lock = threading.Lock()
+        self._connections: set[AgentConnection] = set()
+        self._closed = False
+
+    @staticmethod
+    def builder() -> SyncAgentBuilder:
+        """A new builder."""
+        return SyncAgentBuilder()
+
+    @property
+    def spec(self) -> AgentSpec:
+        """The configuration fixed by ``build()`` (capabilities, handlers, options)."""
+        return self._spec
+
+    @property
+    def connections(self) -> list[AgentConnection]:
+        """The connections currently open."""
+        with self._lock:
+            return list(self._connections)
+
+    def connect(self, transport: Transport) -> AgentConnection:
+        """Start serving ``transport`` in the background; returns its handle at once."""
+        name = f"{self._spec.name}-{next(self._ids)}"
+        handle = AgentConnection(self, self._spec, transport, name)
+        with self._lock:
+            if self._closed:
+                transport.close()
+                raise RuntimeError("this agent is closed")
+            self._connections.add(handle)
+        handle._start()
+        return handle
+
+    def serve(self, transport: Transport) -> None:
+        """Serve ``transport`` until the client goes away (end of input) or :meth:`close`."""
+        handle = self.connect(transport)
+        try:
+            handle.wait_closed()
+        finally:
+            handle.close(graceful=True, timeout=self._spec.close_timeout)
+
+    def serve_stdio(self) -> None:
+        """Serve this process's stdin/stdout until stdin ends: everything received is
+        answered, then this returns. Logs go to stderr (configure ``logging`` as you like)."""
+        self.serve(StdioTransport())
+
+    def serve_in_process(self) -> Transport:
+        """Serve one end of an in-memory pipe in the background; return the other end, for a
+        client in this process. Closing the agent closes it (the client reads end of input)."""
+        ours, theirs = memory_pair()
+        self.connect(ours)
+        return theirs
+
+    def close(self, timeout: float | None = 5.0) -> None:
+        """Close every connection (turns cancelled at once); no new ones are accepted."""
+        with self._lock:
+            self._closed = True
+            connections = list(self._connections)
+        for handle in connections:
+            handle.close(graceful=False, timeout=timeout)
+
+    def _forget(self, handle: AgentConnection) -> None:
+        with self._lock:
+            self._connections.discard(handle)
+
+    def __enter__(self) -> SyncAgent:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

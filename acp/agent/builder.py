@@ -1,0 +1,544 @@
+"""``SyncAgent.builder()``: register handlers, declare what they accept, build the agent.
+
+Registration style is uniform: a REQUEST handler is called ``handler(request, ctx)`` with the
+typed params and an :class:`~acp.agent.AgentRequestContext` (a
+:class:`~acp.agent.PromptContext` for ``session/prompt``) and returns the typed response (or
+None where every response field is optional, answered ``{}``). A NOTIFICATION handler (the
+cancel hook, extension and unstable notifications) is called ``handler(notification)``.
+
+Each ``x_handler(fn)`` has a decorator twin ``@builder.on_x`` that registers the function and
+returns it unchanged. Mistakes fail early with ``ValueError``: a None handler, a second
+handler for the same method, an unstable method without ``.unstable(True)``, an extension name
+without the leading ``_``; ``build()`` refuses a capability declared without its handler.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar, overload
+
+from typing_extensions import Self
+
+from .. import schema
+from ..capabilities import derive_agent_capabilities
+from .context import AgentRequestContext, PromptContext
+from .methods import AGENT_HANDLERS
+
+if TYPE_CHECKING:
+    from ..schema import unstable as _unstable
+    from .agent import SyncAgent
+
+__all__ = ["SyncAgentBuilder", "AgentSpec", "DEFAULT_CANCEL_GRACE_PERIOD"]
+
+DEFAULT_CANCEL_GRACE_PERIOD = 60.0
+DEFAULT_REQUEST_TIMEOUT = 60.0
+DEFAULT_CLOSE_TIMEOUT = 5.0
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+Handler = Callable[[Any, AgentRequestContext], Any]
+PromptHandler = Callable[[schema.PromptRequest, PromptContext], "schema.PromptResponse | str | None"]
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    """Everything ``build()`` fixed; shared read-only by every connection of the agent."""
+
+    handlers: dict[str, Callable[..., Any]]  # wire method -> user function
+    ext_requests: dict[str, Callable[[Any, AgentRequestContext], Any]]
+    ext_notifications: dict[str, Callable[[Any], Any]]
+    capabilities: schema.AgentCapabilities
+    auth_methods: tuple[schema.AuthMethod, ...]
+    agent_info: schema.Implementation | None
+    executor: Executor | None
+    request_timeout: float | None
+    cancel_grace_period: float | None
+    max_prompt_duration: float | None
+    close_timeout: float
+    unstable: bool
+    name: str = "acp-agent"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class SyncAgentBuilder:
+    """Collects handlers and options; :meth:`build` makes a :class:`~acp.agent.SyncAgent`."""
+
+    def __init__(self) -> None:
+        self._handlers: dict[str, Callable[..., Any]] = {}
+        self._ext_requests: dict[str, Callable[[Any, AgentRequestContext], Any]] = {}
+        self._ext_notifications: dict[str, Callable[[Any], Any]] = {}
+        self._prompt_caps: schema.PromptCapabilities | None = None
+        self._mcp: schema.McpCapabilities | None = None
+        self._additional_directories = False
+        self._auth_methods: tuple[schema.AuthMethod, ...] | None = None
+        self._agent_info: schema.Implementation | None = None
+        self._executor: Executor | None = None
+        self._request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT
+        self._grace: float | None = DEFAULT_CANCEL_GRACE_PERIOD
+        self._max_prompt: float | None = None
+        self._close_timeout = DEFAULT_CLOSE_TIMEOUT
+        self._unstable = False
+        self._nes: Any = None
+        self._name = "acp-agent"
+
+    # ---------------------------------------------------------------- plumbing
+
+    def _register(self, name: str, fn: Callable[..., Any] | None) -> Self:
+        row = AGENT_HANDLERS[name]
+        if fn is None:
+            raise ValueError(f"{name}_handler: the handler is None")
+        if not callable(fn):
+            raise ValueError(f"{name}_handler: {fn!r} is not callable")
+        if row.unstable and not self._unstable:
+            raise ValueError(
+                f"{name}_handler: {row.wire!r} is an unstable ACP method; "
+                "call .unstable(True) on the builder first to opt in"
+            )
+        if row.wire in self._handlers:
+            raise ValueError(f"{name}_handler: a handler for {row.wire!r} is already registered")
+        self._handlers[row.wire] = fn
+        return self
+
+    # ---------------------------------------------------------------- stable methods
+
+    def initialize_handler(self, fn: Callable[[schema.InitializeRequest, AgentRequestContext], schema.InitializeResponse]) -> Self:
+        """Replace the default ``initialize`` answer. Its answer is used as-is; the SDK still
+        records both sides' capabilities for this connection."""
+        return self._register("initialize", fn)
+
+    def authenticate_handler(
+        self, fn: Callable[[schema.AuthenticateRequest, AgentRequestContext], schema.AuthenticateResponse | None]
+    ) -> Self:
+        """Handle ``authenticate``; advertise the methods with :meth:`auth_methods`."""
+        return self._register("authenticate", fn)
+
+    def auth_methods(self, *methods: schema.AuthMethod) -> Self:
+        """The authentication methods the ``initialize`` answer lists (needs an authenticate handler)."""
+        self._auth_methods = tuple(methods)
+        return self
+
+    def logout_handler(self, fn: Callable[[schema.LogoutRequest, AgentRequestContext], schema.LogoutResponse | None]) -> Self:
+        """Handle ``logout`` (advertises ``auth.logout``)."""
+        return self._register("logout", fn)
+
+    def new_session_handler(
+        self, fn: Callable[[schema.NewSessionRequest, AgentRequestContext], schema.NewSessionResponse]
+    ) -> Self:
+        """Handle ``session/new``."""
+        return self._register("new_session", fn)
+
+    def load_session_handler(
+        self, fn: Callable[[schema.LoadSessionRequest, AgentRequestContext], schema.LoadSessionResponse | None]
+    ) -> Self:
+        """Handle ``session/load`` (advertises ``loadSession``); replay history with
+        ``ctx.session(request.session_id).send_update(...)`` before returning."""
+        return self._register("load_session", fn)
+
+    def list_sessions_handler(
+        self, fn: Callable[[schema.ListSessionsRequest, AgentRequestContext], schema.ListSessionsResponse]
+    ) -> Self:
+        """Handle ``session/list`` (advertises ``sessionCapabilities.list``)."""
+        return self._register("list_sessions", fn)
+
+    def resume_session_handler(
+        self, fn: Callable[[schema.ResumeSessionRequest, AgentRequestContext], schema.ResumeSessionResponse | None]
+    ) -> Self:
+        """Handle ``session/resume`` (advertises ``sessionCapabilities.resume``)."""
+        return self._register("resume_session", fn)
+
+    def close_session_handler(
+        self, fn: Callable[[schema.CloseSessionRequest, AgentRequestContext], schema.CloseSessionResponse | None]
+    ) -> Self:
+        """Handle ``session/close`` (advertises ``sessionCapabilities.close``)."""
+        return self._register("close_session", fn)
+
+    def delete_session_handler(
+        self, fn: Callable[[schema.DeleteSessionRequest, AgentRequestContext], schema.DeleteSessionResponse | None]
+    ) -> Self:
+        """Handle ``session/delete`` (advertises ``sessionCapabilities.delete``)."""
+        return self._register("delete_session", fn)
+
+    def set_session_mode_handler(
+        self, fn: Callable[[schema.SetSessionModeRequest, AgentRequestContext], schema.SetSessionModeResponse | None]
+    ) -> Self:
+        """Handle ``session/set_mode``."""
+        return self._register("set_session_mode", fn)
+
+    def set_session_config_option_handler(
+        self,
+        fn: Callable[[schema.SetSessionConfigOptionRequest, AgentRequestContext], schema.SetSessionConfigOptionResponse],
+    ) -> Self:
+        """Handle ``session/set_config_option``."""
+        return self._register("set_session_config_option", fn)
+
+    def prompt_handler(
+        self,
+        fn: PromptHandler,
+        image: bool = False,
+        audio: bool = False,
+        embedded_context: bool = False,
+    ) -> Self:
+        """Handle ``session/prompt``: ``fn(request, ctx: PromptContext)`` returns a
+        PromptResponse, a stop reason string, or None (``end_turn``; ``cancelled`` if the turn
+        was cancelled). ``image``/``audio``/``embedded_context``: the prompt content it accepts."""
+        self._register("prompt", fn)
+        if image or audio or embedded_context:
+            self.prompt_capabilities(image=image, audio=audio, embedded_context=embedded_context)
+        return self
+
+    def prompt_capabilities(self, image: bool = False, audio: bool = False, embedded_context: bool = False) -> Self:
+        """Declare the prompt content accepted (needs a prompt handler)."""
+        self._prompt_caps = schema.PromptCapabilities(image=image, audio=audio, embedded_context=embedded_context)
+        return self
+
+    def cancel_handler(self, fn: Callable[[schema.CancelNotification], None]) -> Self:
+        """An optional hook called on ``session/cancel`` after the SDK cancelled the turn. It
+        runs on the connection's reader thread: keep it short and non-blocking."""
+        return self._register("cancel", fn)
+
+    # ---------------------------------------------------------------- extensions
+
+    def ext_request_handler(self, name: str, fn: Callable[[Any, AgentRequestContext], Any]) -> Self:
+        """Handle extension request ``name`` (must start with ``_``): ``fn(params, ctx)`` gets
+        and returns plain JSON values."""
+        self._check_ext(name, fn, self._ext_requests)
+        self._ext_requests[name] = fn
+        return self
+
+    def ext_notification_handler(self, name: str, fn: Callable[[Any], Any]) -> Self:
+        """Handle extension notification ``name`` (must start with ``_``): ``fn(params)``."""
+        self._check_ext(name, fn, self._ext_notifications)
+        self._ext_notifications[name] = fn
+        return self
+
+    def _check_ext(self, name: str, fn: object, table: dict[str, Any]) -> None:
+        if not isinstance(name, str) or not name.startswith("_"):
+            raise ValueError(f"extension method names must start with '_': {name!r}")
+        if fn is None or not callable(fn):
+            raise ValueError(f"extension handler for {name!r} is {fn!r}, not a function")
+        if name in self._ext_requests or name in self._ext_notifications:
+            raise ValueError(f"a handler for extension method {name!r} is already registered")
+
+    # ---------------------------------------------------------------- unstable (opt-in)
+
+    def unstable(self, enabled: bool = True) -> Self:
+        """Opt in to unstable ACP methods (fork, providers, NES, documents, MCP-over-ACP).
+        Without it their registration raises, and the wire answers them -32601."""
+        if not enabled and any(AGENT_HANDLERS[n].unstable for n in self._names()):
+            raise ValueError("unstable(False): unstable handlers are already registered")
+        self._unstable = enabled
+        return self
+
+    def _names(self) -> list[str]:
+        return [row.name for row in AGENT_HANDLERS.values() if row.wire in self._handlers]
+
+    def fork_session_handler(self, fn: Callable[[_unstable.ForkSessionRequest, AgentRequestContext], _unstable.ForkSessionResponse]) -> Self:
+        """Unstable ``session/fork``."""
+        return self._register("fork_session", fn)
+
+    def list_providers_handler(self, fn: Callable[[_unstable.ListProvidersRequest, AgentRequestContext], _unstable.ListProvidersResponse]) -> Self:
+        """Unstable ``providers/list``."""
+        return self._register("list_providers", fn)
+
+    def set_provider_handler(self, fn: Callable[[_unstable.SetProviderRequest, AgentRequestContext], Any]) -> Self:
+        """Unstable ``providers/set``."""
+        return self._register("set_provider", fn)
+
+    def disable_provider_handler(self, fn: Callable[[_unstable.DisableProviderRequest, AgentRequestContext], Any]) -> Self:
+        """Unstable ``providers/disable``."""
+        return self._register("disable_provider", fn)
+
+    def mcp_message_handler(self, fn: Callable[[_unstable.MessageMcpRequest, AgentRequestContext], Any]) -> Self:
+        """Unstable ``mcp/message`` (client to agent)."""
+        return self._register("mcp_message", fn)
+
+    def start_nes_handler(self, fn: Callable[[_unstable.StartNesRequest, AgentRequestContext], _unstable.StartNesResponse]) -> Self:
+        """Unstable ``nes/start``."""
+        return self._register("start_nes", fn)
+
+    def suggest_nes_handler(self, fn: Callable[[_unstable.SuggestNesRequest, AgentRequestContext], _unstable.SuggestNesResponse]) -> Self:
+        """Unstable ``nes/suggest``."""
+        return self._register("suggest_nes", fn)
+
+    def close_nes_handler(self, fn: Callable[[_unstable.CloseNesRequest, AgentRequestContext], Any]) -> Self:
+        """Unstable ``nes/close``."""
+        return self._register("close_nes", fn)
+
+    def accept_nes_handler(self, fn: Callable[[_unstable.AcceptNesNotification], Any]) -> Self:
+        """Unstable ``nes/accept`` notification."""
+        return self._register("accept_nes", fn)
+
+    def reject_nes_handler(self, fn: Callable[[_unstable.RejectNesNotification], Any]) -> Self:
+        """Unstable ``nes/reject`` notification."""
+        return self._register("reject_nes", fn)
+
+    def document_did_open_handler(self, fn: Callable[[_unstable.DidOpenDocumentNotification], Any]) -> Self:
+        """Unstable ``document/didOpen`` notification."""
+        return self._register("document_did_open", fn)
+
+    def document_did_change_handler(self, fn: Callable[[_unstable.DidChangeDocumentNotification], Any]) -> Self:
+        """Unstable ``document/didChange`` notification."""
+        return self._register("document_did_change", fn)
+
+    def document_did_close_handler(self, fn: Callable[[_unstable.DidCloseDocumentNotification], Any]) -> Self:
+        """Unstable ``document/didClose`` notification."""
+        return self._register("document_did_close", fn)
+
+    def document_did_save_handler(self, fn: Callable[[_unstable.DidSaveDocumentNotification], Any]) -> Self:
+        """Unstable ``document/didSave`` notification."""
+        return self._register("document_did_save", fn)
+
+    def document_did_focus_handler(self, fn: Callable[[_unstable.DidFocusDocumentNotification], Any]) -> Self:
+        """Unstable ``document/didFocus`` notification."""
+        return self._register("document_did_focus", fn)
+
+    def nes_capabilities(self, capabilities: _unstable.NesCapabilities) -> Self:
+        """Unstable: the ``nes`` capabilities to advertise (default: derived from the NES and
+        document handlers registered)."""
+        if not self._unstable:
+            raise ValueError("nes_capabilities: call .unstable(True) on the builder first")
+        self._nes = capabilities
+        return self
+
+    # ---------------------------------------------------------------- options
+
+    def agent_info(self, name: str, version: str, title: str | None = None) -> Self:
+        """The ``agentInfo`` of the ``initialize`` answer."""
+        self._agent_info = schema.Implementation(name=name, version=version, title=title)
+        self._name = name
+        return self
+
+    def handler_executor(self, executor: Executor) -> Self:
+        """Run handlers on ``executor`` (never shut down by the SDK) instead of an SDK pool."""
+        if executor is None:
+            raise ValueError("handler_executor: executor is None")
+        self._executor = executor
+        return self
+
+    def request_timeout(self, seconds: float | None) -> Self:
+        """Timeout of agent -> client calls (default 60 s; None: wait forever). Permission,
+        elicitation and terminal/wait_for_exit never time out (they wait on a human or a
+        command; cancellation wakes them)."""
+        self._request_timeout = _positive_or_none("request_timeout", seconds)
+        return self
+
+    def cancel_grace_period(self, seconds: float | None) -> Self:
+        """After ``session/cancel``, answer ``cancelled`` ourselves if the handler has not
+        answered within this time (default 60 s; None: never)."""
+        self._grace = _positive_or_none("cancel_grace_period", seconds, allow_zero=True)
+        return self
+
+    def max_prompt_duration(self, seconds: float | None) -> Self:
+        """End any turn running longer than this with error -32800 (default: no limit)."""
+        self._max_prompt = _positive_or_none("max_prompt_duration", seconds)
+        return self
+
+    def close_timeout(self, seconds: float) -> Self:
+        """How long closing waits for running handlers once the client went away (default 5 s)."""
+        value = _positive_or_none("close_timeout", seconds, allow_zero=True)
+        if value is None:
+            raise ValueError("close_timeout: a number of seconds is required")
+        self._close_timeout = value
+        return self
+
+    def mcp_capabilities(self, http: bool = False, sse: bool = False) -> Self:
+        """The MCP transports accepted in ``session/new`` (needs a new_session handler)."""
+        self._mcp = schema.McpCapabilities(http=http, sse=sse)
+        return self
+
+    def additional_directories(self, enabled: bool = True) -> Self:
+        """Advertise ``sessionCapabilities.additionalDirectories`` (needs a new_session handler)."""
+        self._additional_directories = enabled
+        return self
+
+    # ---------------------------------------------------------------- decorators
+
+    def on_initialize(self, fn: F) -> F:
+        """Decorator form of :meth:`initialize_handler`."""
+        self.initialize_handler(fn)
+        return fn
+
+    def on_authenticate(self, fn: F) -> F:
+        """Decorator form of :meth:`authenticate_handler`."""
+        self.authenticate_handler(fn)
+        return fn
+
+    def on_logout(self, fn: F) -> F:
+        """Decorator form of :meth:`logout_handler`."""
+        self.logout_handler(fn)
+        return fn
+
+    def on_new_session(self, fn: F) -> F:
+        """Decorator form of :meth:`new_session_handler`."""
+        self.new_session_handler(fn)
+        return fn
+
+    def on_load_session(self, fn: F) -> F:
+        """Decorator form of :meth:`load_session_handler`."""
+        self.load_session_handler(fn)
+        return fn
+
+    def on_list_sessions(self, fn: F) -> F:
+        """Decorator form of :meth:`list_sessions_handler`."""
+        self.list_sessions_handler(fn)
+        return fn
+
+    def on_resume_session(self, fn: F) -> F:
+        """Decorator form of :meth:`resume_session_handler`."""
+        self.resume_session_handler(fn)
+        return fn
+
+    def on_close_session(self, fn: F) -> F:
+        """Decorator form of :meth:`close_session_handler`."""
+        self.close_session_handler(fn)
+        return fn
+
+    def on_delete_session(self, fn: F) -> F:
+        """Decorator form of :meth:`delete_session_handler`."""
+        self.delete_session_handler(fn)
+        return fn
+
+    def on_set_session_mode(self, fn: F) -> F:
+        """Decorator form of :meth:`set_session_mode_handler`."""
+        self.set_session_mode_handler(fn)
+        return fn
+
+    def on_set_session_config_option(self, fn: F) -> F:
+        """Decorator form of :meth:`set_session_config_option_handler`."""
+        self.set_session_config_option_handler(fn)
+        return fn
+
+    @overload
+    def on_prompt(self, fn: F) -> F: ...
+    @overload
+    def on_prompt(
+        self, fn: None = None, *, image: bool = False, audio: bool = False, embedded_context: bool = False
+    ) -> Callable[[F], F]: ...
+    def on_prompt(
+        self,
+        fn: F | None = None,
+        *,
+        image: bool = False,
+        audio: bool = False,
+        embedded_context: bool = False,
+    ) -> F | Callable[[F], F]:
+        """Decorator form of :meth:`prompt_handler`: ``@on_prompt`` or ``@on_prompt(image=True)``."""
+
+        def register(f: F) -> F:
+            self.prompt_handler(f, image=image, audio=audio, embedded_context=embedded_context)
+            return f
+
+        return register if fn is None else register(fn)
+
+    def on_cancel(self, fn: F) -> F:
+        """Decorator form of :meth:`cancel_handler`."""
+        self.cancel_handler(fn)
+        return fn
+
+    def on_ext_request(self, name: str) -> Callable[[F], F]:
+        """Decorator form of :meth:`ext_request_handler`: ``@on_ext_request("_x/y")``."""
+
+        def register(f: F) -> F:
+            self.ext_request_handler(name, f)
+            return f
+
+        return register
+
+    def on_ext_notification(self, name: str) -> Callable[[F], F]:
+        """Decorator form of :meth:`ext_notification_handler`."""
+
+        def register(f: F) -> F:
+            self.ext_notification_handler(name, f)
+            return f
+
+        return register
+
+    def on_fork_session(self, fn: F) -> F:
+        """Decorator form of :meth:`fork_session_handler` (unstable)."""
+        self.fork_session_handler(fn)
+        return fn
+
+    def on_unstable(self, name: str) -> Callable[[F], F]:
+        """Decorator for any unstable method by builder name, e.g. ``@on_unstable("start_nes")``."""
+        row = AGENT_HANDLERS.get(name)
+        if row is None or not row.unstable:
+            raise ValueError(f"on_unstable: {name!r} is not an unstable agent method")
+
+        def register(f: F) -> F:
+            self._register(name, f)
+            return f
+
+        return register
+
+    # ---------------------------------------------------------------- build
+
+    def build(self) -> SyncAgent:
+        """Check the configuration and make the agent."""
+        from .agent import SyncAgent
+
+        has = self._handlers.__contains__
+        if self._prompt_caps is not None and not has("session/prompt"):
+            raise ValueError("prompt capabilities were declared but no prompt handler is registered")
+        if self._additional_directories and not has("session/new"):
+            raise ValueError("additional_directories(True) needs a new_session handler")
+        if self._mcp is not None and (self._mcp.http or self._mcp.sse) and not has("session/new"):
+            raise ValueError("mcp_capabilities(...) needs a new_session handler (MCP servers come with session/new)")
+        if self._auth_methods and not has("authenticate"):
+            raise ValueError("auth_methods(...) were declared but no authenticate handler is registered")
+        if has("session/load") and not has("session/prompt"):
+            pass  # loading without prompting is odd but legal (a read-only history viewer)
+        capabilities = derive_agent_capabilities(
+            self._handlers.keys(),
+            prompt=self._prompt_caps,
+            mcp=self._mcp,
+            additional_directories=self._additional_directories,
+        )
+        nes = self._nes if self._nes is not None else _derive_nes(self._handlers.keys())
+        if nes is not None:
+            capabilities.nes = nes
+        spec = AgentSpec(
+            handlers=dict(self._handlers),
+            ext_requests=dict(self._ext_requests),
+            ext_notifications=dict(self._ext_notifications),
+            capabilities=capabilities,
+            auth_methods=self._auth_methods or (),
+            agent_info=self._agent_info,
+            executor=self._executor,
+            request_timeout=self._request_timeout,
+            cancel_grace_period=self._grace,
+            max_prompt_duration=self._max_prompt,
+            close_timeout=self._close_timeout,
+            unstable=self._unstable,
+            name=self._name,
+        )
+        return SyncAgent(spec)
+
+
+def _derive_nes(methods: Sequence[str] | Any) -> Any:
+    wires = set(methods)
+    if not any(w.startswith(("nes/", "document/")) for w in wires):
+        return None
+    from ..schema import unstable
+
+    document = unstable.NesDocumentEventCapabilities(
+        did_open=unstable.NesDocumentDidOpenCapabilities() if "document/didOpen" in wires else None,
+        did_change=(
+            unstable.NesDocumentDidChangeCapabilities(sync_kind="full") if "document/didChange" in wires else None
+        ),
+        did_close=unstable.NesDocumentDidCloseCapabilities() if "document/didClose" in wires else None,
+        did_save=unstable.NesDocumentDidSaveCapabilities() if "document/didSave" in wires else None,
+        did_focus=unstable.NesDocumentDidFocusCapabilities() if "document/didFocus" in wires else None,
+    )
+    events = unstable.NesEventCapabilities(document=document) if any(w.startswith("document/") for w in wires) else None
+    return unstable.NesCapabilities(events=events)
+
+
+def _positive_or_none(what: str, seconds: float | None, allow_zero: bool = False) -> float | None:
+    if seconds is None:
+        return None
+    value = float(seconds)
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ValueError(f"{what}: expected a positive number of seconds or None, got {seconds!r}")
+    return value

@@ -1,0 +1,103 @@
+"""Cooperative cancellation for the agent side: a token that many waiters can watch.
+
+Python cannot interrupt a thread, so cancelling a prompt turn means setting a flag and waking
+every blocking call that watches it. :class:`CancelToken` is that flag: an event plus callbacks
+that can be removed again (a finished wait must not leave its waker behind, or a long turn
+with many calls would grow the list without bound).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+__all__ = ["CancelToken", "wait_future"]
+
+_log = logging.getLogger("acp.agent")
+
+
+class CancelToken:
+    """A one-shot cancellation flag with removable callbacks (thread-safe)."""
+
+    __slots__ = ("_event", "_lock", "_callbacks", "_ids")
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._callbacks: dict[int, Callable[[], None]] | None = {}
+        self._ids = itertools.count()
+
+    @property
+    def event(self) -> threading.Event:
+        """The event that is set once cancelled."""
+        return self._event
+
+    @property
+    def is_cancelled(self) -> bool:
+        """True once :meth:`cancel` was called."""
+        return self._event.is_set()
+
+    def cancel(self) -> bool:
+        """Set the flag and run the callbacks (on this thread); True the first time only."""
+        with self._lock:
+            callbacks = self._callbacks
+            if callbacks is None:
+                return False
+            self._callbacks = None
+            self._event.set()
+        for callback in callbacks.values():
+            try:
+                callback()
+            except Exception:
+                _log.exception("a cancel callback failed")
+        return True
+
+    def on_cancel(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Run ``callback`` once on cancellation (at once if already cancelled).
+
+        Returns a function that unregisters it (a no-op once it has run).
+        """
+        with self._lock:
+            callbacks = self._callbacks
+            if callbacks is not None:
+                key = next(self._ids)
+                callbacks[key] = callback
+                return lambda: self._remove(key)
+        callback()
+        return _noop
+
+    def _remove(self, key: int) -> None:
+        with self._lock:
+            if self._callbacks is not None:
+                self._callbacks.pop(key, None)
+
+
+def _noop() -> None:
+    return None
+
+
+def wait_future(future: Future[Any], token: CancelToken | None) -> bool:
+    """Block until ``future`` is done or ``token`` is cancelled.
+
+    True when the future is done (an answer that raced a cancel still wins: it is real),
+    False when the token was cancelled first. Without a token, waits for the future alone
+    (its own timeout bounds the wait).
+    """
+    if token is None:
+        try:
+            future.exception()
+        except BaseException:  # cancelled futures raise here; the caller reads the outcome
+            pass
+        return True
+    wake = threading.Event()
+    future.add_done_callback(lambda _f: wake.set())
+    remove = token.on_cancel(wake.set)
+    try:
+        wake.wait()
+    finally:
+        remove()
+    return future.done()

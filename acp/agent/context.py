@@ -1,0 +1,369 @@
+"""What a handler sees: :class:`AgentRequestContext` for every request, :class:`PromptContext`
+for a prompt turn, and :class:`SessionUpdater` for sending a session's updates.
+
+Each context belongs to one connection: its client proxy, capabilities and terminals are that
+connection's. Calls that block (files, terminals, permission, elicitation) wake when the
+request or turn is cancelled.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Union
+
+from .. import schema
+from ..capabilities import NegotiatedCapabilities
+from ..connection import InboundCall
+from ..errors import RequestCancelledError, RequestError
+from . import permissions
+from .cancellation import CancelToken
+from .client_proxy import ClientProxy
+from .commands import CommandResult, run_command
+from .state import ConnectionState
+from .turns import Turn
+
+__all__ = ["AgentRequestContext", "PromptContext", "SessionUpdater", "PlanEntryLike"]
+
+_log = logging.getLogger("acp.agent")
+
+PlanEntryLike = Union[schema.PlanEntry, tuple[str, str, str]]
+"""A plan entry, or the shorthand ``(content, priority, status)``."""
+
+_Content = Union[str, schema.ContentBlock]
+_ToolContent = Union[str, Sequence[schema.ToolCallContent]]
+
+
+def _block(content: _Content) -> schema.ContentBlock:
+    return schema.TextContent(text=content) if isinstance(content, str) else content
+
+
+def _tool_content(content: _ToolContent | None) -> list[schema.ToolCallContent] | None:
+    if content is None:
+        return None
+    if isinstance(content, str):
+        return [schema.Content(content=schema.TextContent(text=content))]
+    return list(content)
+
+
+def _plan_entry(entry: PlanEntryLike) -> schema.PlanEntry:
+    if isinstance(entry, schema.PlanEntry):
+        return entry
+    content, priority, status = entry
+    return schema.PlanEntry(content=content, priority=priority, status=status)
+
+
+class _SessionMethods:
+    """The update helpers shared by :class:`SessionUpdater` and :class:`PromptContext`."""
+
+    session_id: str
+    _client: ClientProxy
+
+    def send_update(self, update: schema.SessionUpdate) -> bool:
+        """Send one ``session/update``. In a prompt turn, an update sent after the prompt was
+        answered is dropped (logged at DEBUG) and False is returned."""
+        return self._client.session_update(
+            schema.SessionNotification(session_id=self.session_id, update=update)
+        )
+
+    def send_message(self, content: _Content) -> bool:
+        """Stream a piece of the agent's reply (``agent_message_chunk``)."""
+        return self.send_update(schema.AgentMessageChunk(content=_block(content)))
+
+    def send_thought(self, content: _Content) -> bool:
+        """Stream a piece of the agent's reasoning (``agent_thought_chunk``)."""
+        return self.send_update(schema.AgentThoughtChunk(content=_block(content)))
+
+    def send_user_message(self, content: _Content) -> bool:
+        """Replay a piece of a user message (``user_message_chunk``), e.g. in ``session/load``."""
+        return self.send_update(schema.UserMessageChunk(content=_block(content)))
+
+    def send_plan(self, entries: Iterable[PlanEntryLike]) -> bool:
+        """Send the complete plan; entries are PlanEntry or ``(content, priority, status)``."""
+        return self.send_update(schema.Plan(entries=[_plan_entry(e) for e in entries]))
+
+    def start_tool_call(
+        self,
+        title: str,
+        kind: str = schema.ToolKinds.OTHER,
+        *,
+        status: str = schema.ToolCallStatuses.PENDING,
+        content: _ToolContent | None = None,
+        locations: Sequence[schema.ToolCallLocation] | None = None,
+        raw_input: Any = None,
+        tool_call_id: str | None = None,
+    ) -> str:
+        """Announce a tool call (``tool_call``); returns its id (generated unless given)."""
+        call_id = tool_call_id if tool_call_id is not None else permissions.new_tool_call_id()
+        self.send_update(
+            schema.ToolCall(
+                tool_call_id=call_id,
+                title=title,
+                kind=kind,
+                status=status,
+                content=_tool_content(content),
+                locations=list(locations) if locations is not None else None,
+                raw_input=raw_input,
+            )
+        )
+        return call_id
+
+    def update_tool_call(
+        self,
+        tool_call_id: str,
+        *,
+        status: str | None = None,
+        title: str | None = None,
+        kind: str | None = None,
+        content: _ToolContent | None = None,
+        locations: Sequence[schema.ToolCallLocation] | None = None,
+        raw_input: Any = None,
+        raw_output: Any = None,
+    ) -> bool:
+        """Report progress on a tool call (``tool_call_update``); only given fields are sent."""
+        return self.send_update(
+            schema.ToolCallProgress(
+                tool_call_id=tool_call_id,
+                status=status,
+                title=title,
+                kind=kind,
+                content=_tool_content(content),
+                locations=list(locations) if locations is not None else None,
+                raw_input=raw_input,
+                raw_output=raw_output,
+            )
+        )
+
+
+class SessionUpdater(_SessionMethods):
+    """Sends ``session/update`` notifications for one session outside a prompt turn (history
+    replay in ``session/load``, mode changes, ...)."""
+
+    def __init__(self, session_id: str, client: ClientProxy) -> None:
+        self.session_id = session_id
+        self._client = client
+
+
+class AgentRequestContext:
+    """The context of one request handler (every agent method but ``session/prompt``)."""
+
+    def __init__(self, state: ConnectionState, call: InboundCall, token: CancelToken | None = None) -> None:
+        self._state = state
+        self._call = call
+        if token is None:
+            # Only the engine cancels a plain request ($/cancel_request, or close).
+            token = CancelToken()
+            call.on_cancel(lambda: None if token.cancel() else None)
+        self._token = token
+        self._client = ClientProxy(state, token, self._gate())
+
+    def _gate(self) -> Callable[[Callable[[], None]], bool] | None:
+        return None
+
+    @property
+    def client(self) -> ClientProxy:
+        """Raw typed calls into the client (``ctx.client.read_text_file(...)`` ...)."""
+        return self._client
+
+    @property
+    def capabilities(self) -> NegotiatedCapabilities:
+        """What was negotiated on this connection (the client's side included)."""
+        return self._state.capabilities
+
+    @property
+    def client_capabilities(self) -> NegotiatedCapabilities:
+        """Same as :attr:`capabilities` (``supports_read_text_file()`` ...)."""
+        return self._state.capabilities
+
+    @property
+    def request_id(self) -> Any:
+        """The JSON-RPC id of the request being handled."""
+        return self._call.id
+
+    @property
+    def cancelled(self) -> threading.Event:
+        """Set once this request (or prompt turn) is cancelled."""
+        return self._token.event
+
+    @property
+    def is_cancelled(self) -> bool:
+        """True once this request (or prompt turn) is cancelled."""
+        return self._token.is_cancelled
+
+    def on_cancel(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Run ``callback`` on cancellation (at once if already cancelled); it runs on the
+        thread that cancels (often the reader), so keep it short. Returns an unregister
+        function."""
+        return self._token.on_cancel(callback)
+
+    def session(self, session_id: str) -> SessionUpdater:
+        """An updater for ``session_id`` on this connection (e.g. to replay history)."""
+        return SessionUpdater(session_id, self._client)
+
+
+class PromptContext(AgentRequestContext, _SessionMethods):
+    """A prompt turn as its handler sees it: streaming updates, calls into the client, and
+    cancellation (``cancelled``, ``is_cancelled``, ``on_cancel``)."""
+
+    def __init__(self, state: ConnectionState, call: InboundCall, turn: Turn, request: schema.PromptRequest) -> None:
+        self._turn = turn
+        self.session_id = request.session_id
+        self.request = request
+        super().__init__(state, call, turn.token)
+
+    def _gate(self) -> Callable[[Callable[[], None]], bool] | None:
+        return self._turn.send
+
+    @property
+    def prompt(self) -> list[schema.ContentBlock]:
+        """The prompt's content blocks."""
+        return self.request.prompt
+
+    @property
+    def prompt_text(self) -> str:
+        """The text blocks of the prompt, joined by newlines."""
+        return "\n".join(b.text for b in self.request.prompt if isinstance(b, schema.TextContent))
+
+    @property
+    def answered(self) -> bool:
+        """True once the prompt was answered (later updates are dropped)."""
+        return self._turn.answered
+
+    # ---------------------------------------------------------------- files
+
+    def read_file(self, path: str, line: int | None = None, limit: int | None = None) -> str:
+        """The text of ``path`` (``fs/read_text_file``); raises on failure."""
+        response = self._client.read_text_file(
+            schema.ReadTextFileRequest(session_id=self.session_id, path=path, line=line, limit=limit)
+        )
+        return response.content
+
+    def try_read_file(self, path: str, line: int | None = None, limit: int | None = None) -> str | None:
+        """Like :meth:`read_file`, but None when the client answers with an error. A missing
+        capability and cancellation still raise."""
+        try:
+            return self.read_file(path, line, limit)
+        except RequestError as exc:
+            _log.debug("try_read_file(%r): %r", path, exc)
+            return None
+
+    def write_file(self, path: str, content: str) -> None:
+        """Write ``content`` to ``path`` (``fs/write_text_file``)."""
+        self._client.write_text_file(
+            schema.WriteTextFileRequest(session_id=self.session_id, path=path, content=content)
+        )
+
+    # ---------------------------------------------------------------- permission
+
+    def ask_permission(
+        self,
+        action: str,
+        kind: str = schema.ToolKinds.OTHER,
+        *,
+        content: _ToolContent | None = None,
+        locations: Sequence[schema.ToolCallLocation] | None = None,
+        raw_input: Any = None,
+    ) -> bool:
+        """Ask the user to allow ``action``: True only if allowed; False when rejected or
+        cancelled. Announces a ``tool_call`` (pending) first and settles it afterwards."""
+        return permissions.ask_permission(
+            self,
+            self._client,
+            action,
+            kind,
+            _tool_content(content),
+            list(locations) if locations is not None else None,
+            raw_input,
+        )
+
+    def ask_choice(self, question: str, *options: str) -> str | None:
+        """Ask the user to pick one of ``options``; the chosen text, or None when cancelled."""
+        return permissions.ask_choice(self, self._client, question, options)
+
+    def elicit(
+        self,
+        message: str,
+        requested_schema: schema.ElicitationSchema | Mapping[str, Any],
+        *,
+        tool_call_id: str | None = None,
+    ) -> schema.CreateElicitationResponse:
+        """Ask the user for structured input (form-mode ``elicitation/create``).
+
+        Returns the client's answer (accept with content, decline, or cancel); a cancelled
+        turn answers as ``CreateElicitationResponseCancel``.
+        """
+        if not isinstance(requested_schema, schema.ElicitationSchema):
+            requested_schema = schema.decoder(schema.ElicitationSchema).decode(
+                schema.encode(dict(requested_schema))
+            )
+        request = schema.CreateElicitationRequestForm(
+            message=message,
+            requested_schema=requested_schema,
+            session_id=self.session_id,
+            tool_call_id=tool_call_id,
+        )
+        try:
+            return self._client.create_elicitation(request)
+        except RequestCancelledError:
+            return schema.CreateElicitationResponseCancel()
+
+    # ---------------------------------------------------------------- terminals
+
+    def execute(
+        self,
+        *argv: str,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        output_byte_limit: int | None = None,
+    ) -> CommandResult:
+        """Run a command in a client terminal and wait for it; the terminal is released
+        exactly once on every path. Raises RequestCancelledError if the turn is cancelled
+        while it runs (the command is killed and released first)."""
+        return run_command(self._client, self.session_id, argv, cwd, env, output_byte_limit)
+
+    def create_terminal(
+        self,
+        command: str,
+        *args: str,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        output_byte_limit: int | None = None,
+    ) -> str:
+        """``terminal/create``; returns the terminal id (release it with :meth:`release_terminal`)."""
+        response = self._client.create_terminal(
+            schema.CreateTerminalRequest(
+                session_id=self.session_id,
+                command=command,
+                args=list(args),
+                cwd=cwd,
+                env=[schema.EnvVariable(name=k, value=v) for k, v in env.items()] if env else None,
+                output_byte_limit=output_byte_limit,
+            )
+        )
+        return response.terminal_id
+
+    def terminal_output(self, terminal_id: str) -> schema.TerminalOutputResponse:
+        """``terminal/output``: the output so far and, once exited, the exit status."""
+        return self._client.terminal_output(
+            schema.TerminalOutputRequest(session_id=self.session_id, terminal_id=terminal_id)
+        )
+
+    def wait_for_terminal_exit(self, terminal_id: str) -> schema.WaitForTerminalExitResponse:
+        """``terminal/wait_for_exit``: blocks until the command exits (or the turn is cancelled)."""
+        return self._client.wait_for_terminal_exit(
+            schema.WaitForTerminalExitRequest(session_id=self.session_id, terminal_id=terminal_id)
+        )
+
+    def kill_terminal(self, terminal_id: str) -> None:
+        """``terminal/kill``: stop the command, keep the terminal."""
+        self._client.kill_terminal(
+            schema.KillTerminalRequest(session_id=self.session_id, terminal_id=terminal_id)
+        )
+
+    def release_terminal(self, terminal_id: str) -> None:
+        """``terminal/release``: kill the command if running and free the terminal. This
+        goes out even after the turn was cancelled."""
+        self._client.uncancellable().release_terminal(
+            schema.ReleaseTerminalRequest(session_id=self.session_id, terminal_id=terminal_id)
+        )

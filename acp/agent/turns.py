@@ -1,0 +1,194 @@
+"""Prompt-turn bookkeeping: at most one active turn per session, cancellation, and the rule
+that every prompt gets exactly one answer.
+
+A :class:`Turn` lives from the moment its ``session/prompt`` handler starts until the prompt is
+answered, by whoever answers first:
+
+* the handler returning (or raising),
+* the SDK after the cancel grace period (``stopReason: "cancelled"``),
+* the SDK at ``max_prompt_duration`` (error -32800),
+* the engine itself (``$/cancel_request`` for the prompt, or the connection closing).
+
+Answering takes the turn's lock and flips ``answered``; updates are sent under the same lock,
+so an update can never follow the answer on the wire, and one sent later is dropped. The turn
+leaves the registry the moment it is answered, so a ``session/cancel`` that arrives afterwards
+finds no turn (or, once the client has sent its next prompt, that prompt's turn, which is the
+one such a cancel was sent for, given the wire order).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from .. import schema
+from ..connection import InboundCall
+from ..errors import INVALID_REQUEST, REQUEST_CANCELLED, RequestError
+from .cancellation import CancelToken
+from .scheduler import Scheduler, TimerHandle
+
+__all__ = ["Turn", "TurnRegistry"]
+
+_log = logging.getLogger("acp.agent")
+
+
+class Turn:
+    """One active prompt turn of one session on one connection."""
+
+    __slots__ = ("session_id", "call", "token", "_lock", "_answered", "_registry", "_timers")
+
+    def __init__(self, session_id: str, call: InboundCall, registry: TurnRegistry) -> None:
+        self.session_id = session_id
+        self.call = call
+        self.token = CancelToken()
+        self._lock = threading.Lock()
+        self._answered = False
+        self._registry = registry
+        self._timers: list[TimerHandle] = []
+
+    @property
+    def answered(self) -> bool:
+        """True once the prompt has been answered (by anyone)."""
+        return self._answered
+
+    @property
+    def is_cancelled(self) -> bool:
+        """True once the turn was cancelled."""
+        return self.token.is_cancelled
+
+    def send(self, emit: Callable[[], None]) -> bool:
+        """Run ``emit`` (which sends an update) unless the prompt was answered; True if sent."""
+        with self._lock:
+            if self._answered:
+                return False
+            emit()
+            return True
+
+    def finish(self) -> bool:
+        """The handler is done: claim the answer. False when someone answered first."""
+        with self._lock:
+            if self._answered:
+                return False
+            self._answered = True
+        self._ended()
+        return True
+
+    def answer(self, result: Any = None, error: RequestError | None = None) -> bool:
+        """The SDK answers the prompt itself (grace period, deadline); False if already answered."""
+        with self._lock:
+            if self._answered:
+                return False
+            self._answered = True
+            # Under the lock: no update of this turn can slip in behind the answer.
+            if error is not None:
+                self.call.answer_error(error.code, error.message, error.data)
+            else:
+                self.call.answer(result)
+        self._ended()
+        return True
+
+    def abort(self) -> None:
+        """The engine answered (or can no longer answer) the prompt: end the turn, cancelled."""
+        with self._lock:
+            self._answered = True
+        self.token.cancel()
+        self._ended()
+
+    def add_timer(self, handle: TimerHandle) -> None:
+        """Cancel ``handle`` when the turn ends (its grace or deadline timer)."""
+        self._timers.append(handle)
+
+    def _ended(self) -> None:
+        for timer in self._timers:
+            timer.cancel()
+        self._registry._remove(self)
+
+
+class TurnRegistry:
+    """The active turns of one connection, by session id.
+
+    ``grace_period``: seconds between ``session/cancel`` and the SDK answering ``cancelled``
+    itself (None: never). ``max_duration``: seconds after which a turn is answered with -32800
+    (None: no limit).
+    """
+
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        grace_period: float | None,
+        max_duration: float | None,
+    ) -> None:
+        self._scheduler = scheduler
+        self._grace = grace_period
+        self._max = max_duration
+        self._lock = threading.Lock()
+        self._turns: dict[str, Turn] = {}
+        self._closed = False
+
+    def begin(self, session_id: str, call: InboundCall) -> Turn:
+        """Start the turn of ``call``; -32600 (data ``{"sessionId"}``) if one is active."""
+        with self._lock:
+            if session_id in self._turns:
+                raise RequestError(
+                    INVALID_REQUEST,
+                    "A prompt turn is already active for this session",
+                    {"sessionId": session_id},
+                )
+            turn = Turn(session_id, call, self)
+            self._turns[session_id] = turn
+            closed = self._closed
+        # The engine cancels the call on $/cancel_request (answering -32800 itself) and on close.
+        call.on_cancel(turn.abort)
+        if closed:
+            turn.token.cancel()
+        elif self._max is not None:
+            turn.add_timer(self._scheduler.call_later(self._max, lambda: self._expire(turn)))
+        return turn
+
+    def get(self, session_id: str) -> Turn | None:
+        """The active turn of ``session_id``, if any."""
+        return self._turns.get(session_id)
+
+    def cancel(self, session_id: str) -> bool:
+        """``session/cancel``: cancel the active turn and start its grace period."""
+        turn = self._turns.get(session_id)
+        if turn is None:
+            _log.debug("session/cancel for %s: no active turn (late or unknown); ignored", session_id)
+            return False
+        self._cancel(turn)
+        return True
+
+    def cancel_all(self, closing: bool = False) -> None:
+        """Cancel every active turn (the client went away); ``closing`` also cancels turns that
+        start from now on."""
+        with self._lock:
+            if closing:
+                self._closed = True
+            turns = list(self._turns.values())
+        for turn in turns:
+            turn.token.cancel()
+
+    def _cancel(self, turn: Turn) -> None:
+        if turn.token.cancel() and self._grace is not None and not turn.answered:
+            turn.add_timer(self._scheduler.call_later(self._grace, lambda: self._grace_expired(turn)))
+
+    def _grace_expired(self, turn: Turn) -> None:
+        if turn.answer(schema.PromptResponse(stop_reason=schema.StopReasons.CANCELLED)):
+            _log.info("session %s: cancel grace period over; answered 'cancelled'", turn.session_id)
+
+    def _expire(self, turn: Turn) -> None:
+        turn.token.cancel()
+        error = RequestError(
+            REQUEST_CANCELLED,
+            "Prompt turn exceeded max_prompt_duration",
+            {"sessionId": turn.session_id},
+        )
+        if turn.answer(error=error):
+            _log.info("session %s: max_prompt_duration reached; answered -32800", turn.session_id)
+
+    def _remove(self, turn: Turn) -> None:
+        with self._lock:
+            if self._turns.get(turn.session_id) is turn:
+                del self._turns[turn.session_id]
