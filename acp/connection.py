@@ -47,6 +47,7 @@ from .errors import (
     INVALID_PARAMS,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
+    PARSE_ERROR,
     REQUEST_CANCELLED,
     AcpError,
     ConnectionClosedError,
@@ -102,12 +103,14 @@ class InboundCall:
     short and non-blocking.
     """
 
-    __slots__ = ("connection", "id", "method", "_cancelled", "_callbacks")
+    __slots__ = ("connection", "id", "method", "attachment", "_cancelled", "_callbacks")
 
     def __init__(self, connection: Connection, call_id: rpc.RequestId, method: str) -> None:
         self.connection = connection
         self.id = call_id
         self.method = method
+        self.attachment: Any = None
+        """Free for the facade: e.g. what an arrival hook set up for the handler."""
         self._cancelled: threading.Event | None = None
         self._callbacks: list[Callable[[], None]] | None = None
 
@@ -174,10 +177,18 @@ class InboundCall:
 
 
 class _Handler:
-    __slots__ = ("fn", "params_type", "decode", "notification", "immediate")
+    __slots__ = ("fn", "params_type", "decode", "notification", "immediate", "on_arrival")
 
-    def __init__(self, fn: Callable[..., Any], params_type: Any, notification: bool, immediate: bool) -> None:
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        params_type: Any,
+        notification: bool,
+        immediate: bool,
+        on_arrival: Callable[[Any, InboundCall], None] | None = None,
+    ) -> None:
         self.fn = fn
+        self.on_arrival = on_arrival
         self.params_type = params_type
         self.notification = notification
         self.immediate = immediate
@@ -220,7 +231,9 @@ class _Pending:
 
 _ResponseLike = Union[rpc.Response, rpc.ErrorResponse]
 # A registered inbound request ready to run: (call, handler or None for the fallback, raw params).
-_Start = tuple["InboundCall", Union["_Handler", None], msgspec.Raw]
+_Start = tuple["InboundCall", Union["_Handler", None], msgspec.Raw, Any]
+# The 4th member of a _Start until the params are decoded (the arrival hook decodes early).
+_UNDECODED: Any = object()
 
 
 class Connection:
@@ -312,14 +325,28 @@ class Connection:
     # ------------------------------------------------------------------ registration
 
     def on_request(
-        self, method: str, handler: Callable[[Any, InboundCall], Any], params_type: Any = None
+        self,
+        method: str,
+        handler: Callable[[Any, InboundCall], Any],
+        params_type: Any = None,
+        *,
+        on_arrival: Callable[[Any, InboundCall], None] | None = None,
     ) -> None:
         """Handle requests for ``method``: ``handler(params, call)`` returns the result.
 
         ``params_type`` is the type params decode into (None: plain JSON values). Raise
         :class:`RequestError` to answer with a specific error.
+
+        ``on_arrival(params, call)``, if given, runs on the reader thread the moment the
+        request is read, in arrival order with everything else (before a notification read
+        after it, even an ``immediate`` one). It must not block; raising RequestError answers
+        the request at once and its handler never runs. Facades use it to register state that
+        a following notification must find (a prompt turn that a ``session/cancel`` read in
+        the same chunk cancels).
         """
-        self._handlers[method] = _Handler(handler, params_type, notification=False, immediate=False)
+        self._handlers[method] = _Handler(
+            handler, params_type, notification=False, immediate=False, on_arrival=on_arrival
+        )
 
     def on_notification(
         self,
@@ -421,6 +448,13 @@ class Connection:
         for thread in (self._reader, self._dispatcher, self._house_thread):
             if thread is not None and thread is not current:
                 thread.join(timeout)
+        # Requests still queued never run: they no longer count as running. (The stop mark
+        # goes back in: close() may run on the dispatcher itself, which still has to see it.)
+        while not self._queue.empty():
+            for item in self._queue.get() or ():
+                if type(item) is tuple:
+                    self._handler_done()
+        self._queue.put(None)
         if self._own_executor:
             pool = self._executor
             assert isinstance(pool, HandlerPool)
@@ -524,10 +558,10 @@ class Connection:
         return pending
 
     def _send_request(self, pending: _Pending, params: Any) -> None:
-        line = self._encoder.request(pending.id, pending.method, params)
         try:
+            line = self._encoder.request(pending.id, pending.method, params)
             self._write(line)
-        except ConnectionClosedError:
+        except BaseException:  # closed, or params that cannot be encoded: nothing pending
             self._pending.pop(pending.id, None)
             raise
 
@@ -638,13 +672,18 @@ class Connection:
     def _write_result(self, call: InboundCall, result: Any) -> None:
         try:
             line = self._encoder.response(call.id, result)
-        except (TypeError, ValueError, msgspec.EncodeError) as exc:
+        except Exception as exc:  # TypeError, EncodeError, RecursionError (nested too deeply)...
             _log.error("%s: %s returned a value that cannot be encoded: %r", self.name, call.method, exc)
             line = self._encoder.error(call.id, INTERNAL_ERROR, "Internal error")
         self._write_answer(line)
 
     def _answer_error(self, call_id: rpc.RequestId | None, code: int, message: str, data: Any = None) -> None:
-        self._write_answer(self._encoder.error(call_id, code, message, data))
+        try:
+            line = self._encoder.error(call_id, code, message, data)
+        except Exception as exc:  # a handler's RequestError with data that cannot be encoded
+            _log.error("%s: an error answer cannot be encoded: %r; answering -32603", self.name, exc)
+            line = self._encoder.error(call_id, INTERNAL_ERROR, "Internal error")
+        self._write_answer(line)
 
     def _write_answer(self, line: bytes) -> None:
         try:
@@ -851,22 +890,35 @@ class Connection:
             else:
                 batch.append(msg)
         elif cls is rpc.Request:
-            if free:
-                start = self._prepare_request(msg)  # type: ignore[arg-type]
-                if start is not None:
+            # Registered here, in arrival order, even when it has to wait its turn in the
+            # queue: a $/cancel_request or an arrival hook's state then finds it.
+            start = self._prepare_request(msg)  # type: ignore[arg-type]
+            if start is not None:
+                if free:
                     starts.append(start)
-            else:
-                batch.append(msg)
+                else:
+                    batch.append(start)
         else:
             assert isinstance(msg, rpc.Invalid)
             _log.warning("%s: invalid message: %s", self.name, msg.reason)
+            if msg.response:
+                # A malformed answer is never answered back (its id is ours: an error carrying
+                # it could complete an unrelated request of the peer). Its caller fails now,
+                # in order like any answer, instead of waiting for a timeout that may be None.
+                if type(msg.id) is int:
+                    error = rpc.ErrorObject(INTERNAL_ERROR, f"malformed answer from the peer: {msg.reason}")
+                    self._route(rpc.ErrorResponse(msg.id, error), batch, starts, ready)
+                return
             self._answer_error(msg.id, msg.code, _INVALID_MESSAGES.get(msg.code, "Invalid request"), {"reason": msg.reason})
 
     def _on_cancel_request(self, msg: rpc.Notification) -> None:
         try:
             params = _ANY_DECODER.decode(msg.params) if msg.params else {}
             request_id = params["requestId"]
-        except (msgspec.DecodeError, KeyError, TypeError):
+        except (msgspec.DecodeError, KeyError, TypeError, RecursionError):
+            request_id = None
+        if type(request_id) is not int and type(request_id) is not str:
+            # Only an id can name a request (a list, say, is not even hashable).
             _log.debug("%s: malformed $/cancel_request ignored", self.name)
             return
         call = self._inbound.pop(request_id, None)
@@ -897,10 +949,11 @@ class Connection:
                 cls = type(msg)
                 if cls is rpc.Notification:
                     run_notification(msg, handlers.get(msg.method))
-                elif cls is rpc.Request:
-                    start = self._prepare_request(msg)
-                    if start is not None:
-                        self._launch(start)
+                elif cls is tuple:
+                    if msg[0].is_cancelled:  # cancelled while queued: answered already
+                        self._handler_done()
+                    else:
+                        self._launch(msg)
                 elif cls is rpc.Response or cls is rpc.ErrorResponse:
                     self._complete_response(msg)
                 elif msg is _EOF_MARK or msg is _DRAIN_MARK:
@@ -939,10 +992,28 @@ class Connection:
             self._answer_error(msg.id, METHOD_NOT_FOUND, "Method not found", {"method": msg.method})
             return None
         call = InboundCall(self, msg.id, msg.method)
+        params = _UNDECODED
+        if handler is not None and handler.on_arrival is not None:
+            try:
+                params = handler.decode(msg.params)
+                handler.on_arrival(params, call)
+            except msgspec.ValidationError as exc:
+                self._answer_error(msg.id, INVALID_PARAMS, f"Invalid params: {exc}")
+                return None
+            except (msgspec.DecodeError, RecursionError) as exc:  # e.g. invalid UTF-8 in params
+                self._answer_error(msg.id, PARSE_ERROR, "Parse error", {"reason": f"not valid JSON: {exc}"})
+                return None
+            except RequestError as exc:
+                self._answer_error(msg.id, exc.code, exc.message, exc.data)
+                return None
+            except Exception:
+                _log.exception("%s: %s arrival hook failed", self.name, msg.method)
+                self._answer_error(msg.id, INTERNAL_ERROR, "Internal error")
+                return None
         self._inbound[msg.id] = call
         with self._state_lock:
             self._running += 1
-        return (call, handler, msg.params)
+        return (call, handler, msg.params, params)
 
     def _launch(self, start: _Start) -> None:
         """Run a prepared request on the executor."""
@@ -957,18 +1028,24 @@ class Connection:
     def _submit_to_user_executor(self, fn: Callable[..., Any], *args: Any) -> None:
         self._executor.submit(fn, *args)
 
-    def _run_request(self, call: InboundCall, handler: _Handler | None, raw: msgspec.Raw) -> None:
+    def _run_request(self, call: InboundCall, handler: _Handler | None, raw: msgspec.Raw, params: Any) -> None:
         try:
             try:
                 if handler is None or handler.notification:
                     assert self._fallback_request is not None
-                    params = _ANY_DECODER.decode(raw) if raw else None
+                    try:
+                        params = _ANY_DECODER.decode(raw) if raw else None
+                    except (msgspec.DecodeError, RecursionError) as exc:  # invalid UTF-8...
+                        raise RequestError(PARSE_ERROR, "Parse error", {"reason": f"not valid JSON: {exc}"}) from None
                     result = self._fallback_request(call.method, params, call)
                 else:
-                    try:
-                        params = handler.decode(raw)
-                    except msgspec.ValidationError as exc:
-                        raise RequestError(INVALID_PARAMS, f"Invalid params: {exc}") from None
+                    if params is _UNDECODED:
+                        try:
+                            params = handler.decode(raw)
+                        except msgspec.ValidationError as exc:
+                            raise RequestError(INVALID_PARAMS, f"Invalid params: {exc}") from None
+                        except (msgspec.DecodeError, RecursionError) as exc:  # invalid UTF-8...
+                            raise RequestError(PARSE_ERROR, "Parse error", {"reason": f"not valid JSON: {exc}"}) from None
                     result = handler.fn(params, call)
             except RequestError as exc:
                 if self._claim(call):

@@ -22,6 +22,7 @@ from .builder import AgentSpec
 from .context import AgentRequestContext, PromptContext
 from .methods import BY_WIRE, params_type, result_type
 from .state import ConnectionState
+from .turns import Turn
 
 __all__ = ["install"]
 
@@ -38,7 +39,7 @@ def install(spec: AgentSpec, state: ConnectionState) -> None:
             continue
         row = BY_WIRE[wire]
         if wire == "session/prompt":
-            conn.on_request(wire, _prompt(fn, state), schema.PromptRequest)
+            conn.on_request(wire, _prompt(fn, state), schema.PromptRequest, on_arrival=_prompt_arrived(state))
         elif wire == "authenticate":
             conn.on_request(wire, _authenticate(fn, state), schema.AuthenticateRequest)
         elif row.notification:
@@ -146,10 +147,20 @@ def _cancel(spec: AgentSpec, state: ConnectionState) -> Callable[[schema.CancelN
     return run
 
 
+def _prompt_arrived(state: ConnectionState) -> Callable[[Any, InboundCall], None]:
+    def arrived(request: schema.PromptRequest, call: InboundCall) -> None:
+        # On the reader, in arrival order: the turn exists before any line read after this
+        # prompt is handled, so a session/cancel sent right behind it finds it. A busy session
+        # raises -32600 here, answered at once.
+        call.attachment = state.turns.begin(request.session_id, call)
+
+    return arrived
+
+
 def _prompt(fn: Callable[..., Any], state: ConnectionState) -> Callable[[Any, InboundCall], Any]:
     def run(request: schema.PromptRequest, call: InboundCall) -> Any:
         _log_in("session/prompt", request)
-        turn = state.turns.begin(request.session_id, call)
+        turn: Turn = call.attachment
         ctx = PromptContext(state, call, turn, request)
         try:
             response = _prompt_response(fn(request, ctx), turn.is_cancelled)
@@ -171,12 +182,16 @@ def _prompt(fn: Callable[..., Any], state: ConnectionState) -> Callable[[Any, In
 
 def _prompt_response(result: Any, cancelled: bool) -> schema.PromptResponse:
     if isinstance(result, schema.PromptResponse):
-        return result
-    if result is None:
-        return schema.PromptResponse(
-            stop_reason=schema.StopReasons.CANCELLED if cancelled else schema.StopReasons.END_TURN
-        )
-    if isinstance(result, str):
-        return schema.PromptResponse(stop_reason=result)
-    _log.error("prompt handler returned %r; expected PromptResponse, a stop reason or None", type(result))
-    raise RequestError(INTERNAL_ERROR, "Internal error")
+        response = result
+    elif result is None:
+        response = schema.PromptResponse(stop_reason=schema.StopReasons.END_TURN)
+    elif isinstance(result, str):
+        response = schema.PromptResponse(stop_reason=result)
+    else:
+        _log.error("prompt handler returned %r; expected PromptResponse, a stop reason or None", type(result))
+        raise RequestError(INTERNAL_ERROR, "Internal error")
+    if cancelled and response.stop_reason != schema.StopReasons.CANCELLED:
+        # Spec (prompt-turn): once the client cancelled, the answer MUST be "cancelled".
+        _log.debug("turn was cancelled; answering 'cancelled' instead of %r", response.stop_reason)
+        response.stop_reason = schema.StopReasons.CANCELLED
+    return response
