@@ -41,7 +41,6 @@ _LAZY: dict[str, str] = {
 
 if TYPE_CHECKING:
     from . import errors, schema
-    from .capabilities import NegotiatedCapabilities
     from .agent import (
         AgentConnection,
         AgentRequestContext,
@@ -50,6 +49,7 @@ if TYPE_CHECKING:
         SyncAgent,
         SyncAgentBuilder,
     )
+    from .capabilities import NegotiatedCapabilities
     from .client import (
         ClientRequestContext,
         LocalFiles,

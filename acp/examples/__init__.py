@@ -1,0 +1,15 @@
+"""Runnable example agents, small enough to read and complete enough to test against.
+
+* :mod:`acp.examples.echo_agent` — the smallest correct agent: streams the prompt back.
+* :mod:`acp.examples.scenario_agent` — a deterministic agent whose prompt picks a scenario
+  (streaming, tool calls, permission, files, terminals, plans, elicitation, cancellation,
+  errors), with in-memory sessions that can be loaded, listed, resumed, closed and deleted.
+
+Run either over stdio::
+
+    python -m acp.examples.echo_agent
+    python -m acp.examples.scenario_agent
+
+``python -m acp chat`` talks to the echo agent by default; ``python -m acp demo`` drives the
+scenario agent through one full turn.
+"""

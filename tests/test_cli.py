@@ -1,0 +1,170 @@
+"""The command line: `acp demo` and `acp chat`, run as real subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from acp import cli
+
+WAIT = 60.0
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_acp(*args: str, stdin: str = "", cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "acp", *args],
+        input=stdin, capture_output=True, text=True, timeout=WAIT, cwd=cwd or ROOT,
+    )
+
+
+def test_demo_runs_one_full_turn() -> None:
+    done = run_acp("demo")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    for part in (
+        "agent:   acp-scenario-agent",
+        "agent> Hello! Running every scenario.",                 # streamed message
+        "agent> chunk 3/3",
+        "[plan]",                                                 # plan
+        "[plan] 7/8 done, now: Ask a question",
+        "[tool] Edit hello.py (edit, pending)",                   # tool call with a diff
+        '+print("hello, world")',
+        "[permission] 'Apply the edit to hello.py' (edit): the policy chose 'allow'",
+        "[client] fs/write_text_file",                            # file write, then read
+        "[client] fs/read_text_file",
+        "[tool] Run ls (execute, pending)",                       # terminal
+        "    | notes.txt",
+        "agent> terminal: exit code 0",
+        "[elicitation]",
+        "turn ended: end_turn",
+    ):
+        assert part in out, f"{part!r} missing from:\n{out}"
+    assert "Traceback" not in done.stderr
+
+
+def test_console_script_is_installed() -> None:
+    script = Path(sys.executable).parent / "acp"
+    if not script.exists():
+        pytest.skip("the console script is not installed in this environment")
+    done = subprocess.run([str(script), "--version"], capture_output=True, text=True, timeout=WAIT)
+    assert done.returncode == 0 and done.stdout.startswith("acp ")
+
+
+def test_no_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main([]) == 2
+    assert "demo" in capsys.readouterr().out
+
+
+def test_check_needs_an_agent_command() -> None:
+    done = run_acp("check")
+    assert done.returncode == 2 and "needs the agent's command" in done.stderr
+
+
+def test_chat_with_the_echo_agent_and_record(tmp_path: Path) -> None:
+    record = tmp_path / "wire.jsonl"
+    done = run_acp("chat", "--record", str(record), stdin="Hello there, agent\n/help\n/quit\n", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "connected to acp-echo-agent" in done.stdout
+    assert "agent> Hello there, agent" in done.stdout
+    assert "(end_turn)" in done.stdout and "/mode ID" in done.stdout
+    entries = [json.loads(line) for line in record.read_text().splitlines()]
+    methods = [(e["dir"], e["msg"].get("method")) for e in entries]
+    assert ("out", "initialize") in methods and ("out", "session/prompt") in methods
+    assert ("in", "session/update") in methods
+    update = next(e["msg"] for e in entries if e["msg"].get("method") == "session/update")
+    assert update["params"]["update"]["content"]["text"] == "Hello there, agent"
+
+
+def test_chat_ends_at_end_of_input(tmp_path: Path) -> None:
+    done = run_acp("chat", stdin="one\ntwo", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "agent> one" in done.stdout and "agent> two" in done.stdout
+
+
+def test_chat_asks_permission_and_serves_files(tmp_path: Path) -> None:
+    (tmp_path / "in.txt").write_text("file contents\n")
+    folder = tmp_path.resolve()
+    script = "\n".join([
+        "permission", "2",                      # asked: choose Reject
+        f"read {folder / 'in.txt'}",
+        f"write {folder / 'out.txt'} written by chat",
+        "terminal echo from-terminal",
+        "/mode auto", "permission",
+        "/new", "/quit",
+    ]) + "\n"
+    done = run_acp("chat", "--cwd", str(folder), "--", sys.executable, "-m", "acp.examples.scenario_agent",
+                   stdin=script)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "[permission] the agent asks: Apply the edit to hello.py" in out
+    assert "1. Allow (allow_once)" in out and "agent> permission: rejected" in out
+    assert "agent> file contents" in out
+    assert (folder / "out.txt").read_text() == "written by chat"
+    assert "agent> from-terminal" in out
+    assert "mode: auto" in out and "allowed (by mode 'auto'" in out
+    assert "new session scenario-2" in out
+
+
+def test_chat_reports_a_missing_agent(tmp_path: Path) -> None:
+    done = run_acp("chat", "--", str(tmp_path / "no-such-agent"), cwd=tmp_path)
+    assert done.returncode == 127 and "cannot start agent process" in done.stdout
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs a pty")
+def test_chat_ctrl_c_cancels_the_turn_in_a_terminal(tmp_path: Path) -> None:
+    import pty
+
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: the chat, with the pty as its controlling terminal
+        os.chdir(tmp_path)
+        os.execv(sys.executable, [sys.executable, "-m", "acp", "chat", "--", sys.executable, "-m",
+                                  "acp.examples.scenario_agent"])
+    seen = b""
+
+    def expect(text: bytes, timeout: float = 30.0) -> None:
+        nonlocal seen
+        deadline = time.monotonic() + timeout
+        while text not in seen:
+            remaining = deadline - time.monotonic()
+            assert remaining > 0, f"{text!r} not seen in {seen!r}"
+            ready, _, _ = select.select([fd], [], [], remaining)
+            if ready:
+                try:
+                    chunk = os.read(fd, 4096)
+                except OSError:
+                    chunk = b""
+                assert chunk, f"the chat ended before {text!r}: {seen!r}"
+                seen += chunk
+
+    try:
+        expect(b"> ")
+        os.write(fd, b"wait_for_cancel\n")
+        expect(b"waiting for session/cancel")
+        os.write(fd, b"\x03")  # Ctrl-C: the terminal sends SIGINT to the foreground group
+        expect(b"(cancelled)")
+        os.write(fd, b"echo still alive\n")
+        expect(b"agent> still alive")
+        os.write(fd, b"/quit\n")
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        try:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+        os.close(fd)
+
+
+def test_chat_reports_an_agent_that_exits_at_once(tmp_path: Path) -> None:
+    done = run_acp("chat", "--", "sh", "-c", "exit 3", stdin="hello\n", cwd=tmp_path)
+    assert done.returncode == 1
+    assert "the agent failed to start a session" in done.stdout and "status 3" in done.stdout
