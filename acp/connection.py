@@ -87,9 +87,15 @@ def _decoder_for(tp: Any) -> Any:
     """A decoder with ``.decode(raw)`` for a params/result type (None: plain JSON values)."""
     if tp is None:
         return _ANY_DECODER
-    from . import schema
+    decoder = _DECODERS.get(tp)
+    if decoder is None:
+        from . import schema  # imported late: the engine itself never needs the types
 
-    return schema.decoder(tp)
+        decoder = _DECODERS[tp] = schema.decoder(tp)
+    return decoder
+
+
+_DECODERS: dict[Any, Any] = {}
 
 
 _ANY_DECODER = msgspec.json.Decoder()
@@ -314,6 +320,7 @@ class Connection:
         self._closed = False
         self._running = 0  # request handlers running (guarded by _state_lock)
         self._idle = threading.Condition(self._state_lock)
+        self._idle_waiters = 0  # threads in wait_closed / graceful close (guarded by the lock)
         self._drained = threading.Event()  # dispatcher finished the queue after EOF/close
         self._drain_done = threading.Event()  # dispatcher reached the EOF or drain mark
         self._reader: threading.Thread | None = None
@@ -408,7 +415,11 @@ class Connection:
         if not self._drained.wait(timeout):
             return False
         with self._idle:
-            return self._idle.wait_for(lambda: self._running == 0, timeout)
+            self._idle_waiters += 1
+            try:
+                return self._idle.wait_for(lambda: self._running == 0, timeout)
+            finally:
+                self._idle_waiters -= 1
 
     def close(self, graceful: bool = False, timeout: float | None = 5.0) -> None:
         """Close the connection; idempotent.
@@ -425,7 +436,11 @@ class Connection:
                 self._queue.put([_DRAIN_MARK])  # dispatcher flags the drain when it gets here
             self._drain_done.wait(_remaining(deadline))
             with self._idle:
-                self._idle.wait_for(lambda: self._running == 0, _remaining(deadline))
+                self._idle_waiters += 1
+                try:
+                    self._idle.wait_for(lambda: self._running == 0, _remaining(deadline))
+                finally:
+                    self._idle_waiters -= 1
             self._flush()
         with self._state_lock:
             if self._closed:
@@ -1062,7 +1077,7 @@ class Connection:
     def _handler_done(self) -> None:
         with self._idle:
             self._running -= 1
-            if self._running == 0:
+            if self._running == 0 and self._idle_waiters:
                 self._idle.notify_all()
 
     def _run_close_callbacks(self) -> None:

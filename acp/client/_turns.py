@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import Counter
 
 from .. import schema
 from ..connection import InboundCall
@@ -45,7 +44,7 @@ class TurnTracker:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._prompts: Counter[str] = Counter()
+        self._prompts: dict[str, int] = {}
         self._cancelled: set[str] = set()
         self._permissions: dict[str, set[InboundCall]] = {}
 
@@ -54,15 +53,18 @@ class TurnTracker:
     def prompt_started(self, session_id: str) -> None:
         """A ``session/prompt`` for ``session_id`` is about to be sent."""
         with self._lock:
-            self._prompts[session_id] += 1
+            self._prompts[session_id] = self._prompts.get(session_id, 0) + 1
 
     def prompt_finished(self, session_id: str) -> None:
         """That prompt returned (or failed): the cancelled turn, if any, is over."""
         with self._lock:
-            self._prompts[session_id] -= 1
-            if self._prompts[session_id] <= 0:
-                del self._prompts[session_id]
-                self._cancelled.discard(session_id)
+            left = self._prompts.get(session_id, 0) - 1
+            if left > 0:
+                self._prompts[session_id] = left
+            else:
+                self._prompts.pop(session_id, None)
+                if self._cancelled:
+                    self._cancelled.discard(session_id)
 
     def cancel(self, session_id: str) -> list[InboundCall]:
         """Mark the session's turn cancelled; return its pending permission calls to answer."""

@@ -243,6 +243,8 @@ class SyncClient(UnstableMethods):
                 negotiated.require("mcp_sse", f"{method} with an SSE MCP server")
         if isinstance(params, schema.PromptRequest):
             for block in params.prompt:
+                if type(block) is schema.TextContent:  # always allowed; the common case
+                    continue
                 if isinstance(block, schema.ImageContent):
                     negotiated.require("image_prompts", "session/prompt with image content")
                 elif isinstance(block, schema.AudioContent):
@@ -257,10 +259,11 @@ class SyncClient(UnstableMethods):
         self._check_params(negotiated, method, params)
         if timeout is _DEFAULT:
             timeout = self._conn.request_timeout
-        if _log.isEnabledFor(logging.DEBUG):
+        debug = _log.isEnabledFor(logging.DEBUG)
+        if debug:
             _log.debug("-> %s %s", method, schema.encode(params).decode("utf-8", "replace"))
         result = self._conn.request(method, params, spec.result_type, timeout=timeout)
-        if _log.isEnabledFor(logging.DEBUG):
+        if debug:
             _log.debug("<- %s %r", method, result)
         return result
 

@@ -125,7 +125,8 @@ class FdTransport:
         finally:
             with self._lock:
                 self._readers -= 1
-                self._release_locked()
+                if self._closed:  # only then may an fd need closing by the last one out
+                    self._release_locked()
         if not data and not self._closed:
             # Sticky: a tty may deliver data again after ^D, but the protocol stream has ended.
             self._eof = True
@@ -141,7 +142,7 @@ class FdTransport:
             assert fd is not None
             self._writers += 1
         try:
-            self._write_all(fd, memoryview(data).cast("B"))
+            self._write_all(fd, data if type(data) is bytes else memoryview(data).cast("B"))
         except OSError as exc:
             if exc.errno in _PEER_GONE:
                 raise ConnectionClosedError(f"{self._description}: peer closed the stream") from exc
@@ -149,7 +150,8 @@ class FdTransport:
         finally:
             with self._lock:
                 self._writers -= 1
-                self._release_locked()
+                if self._write_closed:
+                    self._release_locked()
 
     def close_write(self) -> None:
         """Half-close: the peer reads EOF once any write in progress has finished."""
@@ -243,7 +245,9 @@ class FdTransport:
             except ConnectionResetError:
                 return b""
 
-    def _write_all(self, fd: int, view: memoryview) -> None:
+    def _write_all(self, fd: int, view: bytes | memoryview) -> None:
+        # bytes go straight to os.write (no memoryview per write); a partial write slices.
+
         total = len(view)
         offset = 0
         mode = self._write_mode
