@@ -75,11 +75,15 @@ class ErrorResponse(msgspec.Struct):
 
 class Invalid(msgspec.Struct):
     """A line that is not a valid message. ``id`` is set when a request id could be recovered,
-    ``code`` is -32700 (not JSON) or -32600 (not a valid envelope)."""
+    ``code`` is -32700 (not JSON) or -32600 (not a valid envelope). ``response`` is True when
+    the object has no ``method``: a malformed answer, which must never be answered back (the
+    id is one of *our* request ids, so an error carrying it could be taken by the peer as the
+    answer to an unrelated request of its own)."""
 
     id: RequestId | None
     code: int
     reason: str
+    response: bool = False
 
 
 Message = Union[Request, Notification, Response, ErrorResponse, Invalid]
@@ -112,12 +116,14 @@ def _valid_id(value: Any) -> bool:
 def _classify(env: _Envelope) -> Message:
     raw_id = env.id
     has_id = raw_id is not _ABSENT
+    method = env.method
+    # No method, but an id, a result or an error: a (malformed) answer to one of our requests.
+    answer = method is None and (has_id or bool(env.result) or bool(env.error))
     if has_id and raw_id is not None and not _valid_id(raw_id):
-        return Invalid(None, INVALID_REQUEST, "id must be an integer or a string")
+        return Invalid(None, INVALID_REQUEST, "id must be an integer or a string", answer)
     msg_id = raw_id if has_id else None
     if env.jsonrpc != "2.0" and env.jsonrpc is not None:
-        return Invalid(msg_id, INVALID_REQUEST, 'jsonrpc must be "2.0"')
-    method = env.method
+        return Invalid(msg_id, INVALID_REQUEST, 'jsonrpc must be "2.0"', answer)
     if method is not None:
         if not isinstance(method, str):
             return Invalid(msg_id, INVALID_REQUEST, "method must be a string")
@@ -134,18 +140,23 @@ def _classify(env: _Envelope) -> Message:
     has_result = bool(env.result)
     has_error = bool(env.error)
     if has_result and has_error:
-        return Invalid(msg_id, INVALID_REQUEST, "a response has both result and error")
+        return Invalid(msg_id, INVALID_REQUEST, "a response has both result and error", True)
     if has_error:
         try:
             error = _error_decoder.decode(env.error)
         except msgspec.ValidationError as exc:
-            return Invalid(msg_id, INVALID_REQUEST, f"malformed error object: {exc}")
+            return Invalid(msg_id, INVALID_REQUEST, f"malformed error object: {exc}", True)
         return ErrorResponse(msg_id, error)
     if has_result:
         if msg_id is None:
-            return Invalid(None, INVALID_REQUEST, "a response needs an id")
+            return Invalid(None, INVALID_REQUEST, "a response needs an id", True)
         return Response(msg_id, env.result)
-    return Invalid(msg_id, INVALID_REQUEST, "neither a request, a notification nor a response")
+    return Invalid(msg_id, INVALID_REQUEST, "neither a request, a notification nor a response", answer)
+
+
+# msgspec raises RecursionError (not DecodeError) for JSON nested deeper than the interpreter's
+# recursion limit allows; such a line is answered like any other unparsable one.
+_TOO_DEEP = "not valid JSON: nested too deeply"
 
 
 def decode_line(line: bytes) -> Message | list[Message]:
@@ -156,6 +167,8 @@ def decode_line(line: bytes) -> Message | list[Message]:
         pass  # not an object: an array, a scalar, or wrong member types
     except msgspec.DecodeError as exc:
         return Invalid(None, PARSE_ERROR, f"not valid JSON: {exc}")
+    except RecursionError:
+        return Invalid(None, PARSE_ERROR, _TOO_DEEP)
     else:
         # Fast path for well-formed messages; everything else gets the full checks.
         method = env.method
@@ -178,6 +191,8 @@ def decode_line(line: bytes) -> Message | list[Message]:
         return Invalid(None, INVALID_REQUEST, "a message must be a JSON object")
     except msgspec.DecodeError as exc:
         return Invalid(None, PARSE_ERROR, f"not valid JSON: {exc}")
+    except RecursionError:
+        return Invalid(None, PARSE_ERROR, _TOO_DEEP)
     if not items:
         return Invalid(None, INVALID_REQUEST, "an empty batch")
     out: list[Message] = []
@@ -186,6 +201,8 @@ def decode_line(line: bytes) -> Message | list[Message]:
             out.append(_classify(_envelope_decoder.decode(item)))
         except msgspec.ValidationError:
             out.append(Invalid(None, INVALID_REQUEST, "a message must be a JSON object"))
+        except RecursionError:
+            out.append(Invalid(None, PARSE_ERROR, _TOO_DEEP))
     return out
 
 
