@@ -384,7 +384,9 @@ def run_chat(agent_argv: Sequence[str], *, record: str | None, cwd: str, out: IO
     with acp.LocalTerminals(allowed_cwd_roots=[cwd]) as terminals:
         builder = (
             acp.SyncClient.builder()
-            .agent_process(*agent_argv)
+            # A session of its own: the terminal's Ctrl-C reaches only us, and we turn it
+            # into session/cancel.
+            .agent_process(*agent_argv, start_new_session=True)
             .client_info("acp-chat", __version__)
             .session_update_handler(printer)
             .request_permission_handler(policy)
@@ -395,7 +397,7 @@ def run_chat(agent_argv: Sequence[str], *, record: str | None, cwd: str, out: IO
         if record is not None:
             builder.wire_tap(record)
         try:
-            client = _spawn_without_sigint(builder)
+            client = builder.build()
         except FileNotFoundError as exc:
             out.write(f"acp chat: {exc}\n")
             return 127
@@ -415,22 +417,6 @@ def run_chat(agent_argv: Sequence[str], *, record: str | None, cwd: str, out: IO
             out.write("type a prompt, /help for commands, /quit to leave\n")
             out.flush()
             return _chat_loop(client, session.session_id, console, printer, cwd)
-
-
-def _spawn_without_sigint(builder: Any) -> Any:
-    """Build (spawn) with SIGINT ignored, so the agent inherits "ignore SIGINT": a Ctrl-C in the
-    terminal then reaches only the chat, which turns it into ``session/cancel``. (The SDK spawns
-    agents in our process group, where the terminal's Ctrl-C would also kill the agent.) An
-    agent that installs its own SIGINT handler still gets the signal."""
-    import signal
-
-    if threading.current_thread() is not threading.main_thread():
-        return builder.build()
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        return builder.build()
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def _chat_loop(client: Any, session_id: str, console: _Console, printer: TurnPrinter, cwd: str) -> int:

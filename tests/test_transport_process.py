@@ -221,3 +221,15 @@ def test_no_fd_is_leaked() -> None:
     assert Lines(t).next() == b"x\n"
     t.close()
     assert set(os.listdir("/proc/self/fd")) == before
+
+
+@pytest.mark.parametrize("new_session", [False, True])
+def test_start_new_session_keeps_the_terminal_signals_away(new_session: bool) -> None:
+    t = child(start_new_session=new_session)
+    try:
+        same = os.getsid(t.pid) == os.getsid(0)
+        assert same is not new_session
+        assert (os.getpgid(t.pid) == os.getpgid(0)) is not new_session
+    finally:
+        t.close()
+    assert t.returncode is not None

@@ -84,6 +84,7 @@ class ProcessSpec:
     cwd: StrPath | None = None
     env: Mapping[str, str] | None = None
     inherit_env: bool = True
+    start_new_session: bool = False
 
 
 @dataclass
@@ -139,16 +140,20 @@ class SyncClientBuilder:
         cwd: StrPath | None = None,
         env: Mapping[str, str] | None = None,
         inherit_env: bool = True,
+        start_new_session: bool = False,
     ) -> Self:
         """Spawn ``argv`` at :meth:`build` and talk to it over its stdin/stdout.
 
         The child inherits our environment updated with ``env`` (``inherit_env=False``: exactly
         ``env``). Its stderr goes to the ``acp.transport.process`` logger. Closing the client
-        closes its stdin, waits, then terminates and finally kills it.
+        closes its stdin, waits, then terminates and finally kills it. ``start_new_session``
+        keeps the terminal's Ctrl-C away from the agent (an interactive client cancels the
+        turn instead).
         """
         if not argv:
             raise ValueError("agent_process needs a command")
-        self._transports.append(ProcessSpec(tuple(os.fspath(a) for a in argv), cwd, env, inherit_env))
+        argv_t = tuple(os.fspath(a) for a in argv)
+        self._transports.append(ProcessSpec(argv_t, cwd, env, inherit_env, start_new_session))
         return self
 
     def transport(self, transport: Transport) -> Self:
@@ -463,7 +468,11 @@ class SyncClientBuilder:
         try:
             if isinstance(source, ProcessSpec):
                 transport: Transport = ProcessTransport(
-                    source.argv, cwd=source.cwd, env=source.env, inherit_env=source.inherit_env
+                    source.argv,
+                    cwd=source.cwd,
+                    env=source.env,
+                    inherit_env=source.inherit_env,
+                    start_new_session=source.start_new_session,
                 )
                 process = transport
             else:

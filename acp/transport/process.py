@@ -40,7 +40,9 @@ class ProcessTransport(FdTransport):
       ``acp.transport.process`` (one INFO record per line, ``"[<pid>] <line>"``, with the pid
       also in ``record.acp_pid``), so a chatty agent never blocks on a full stderr pipe.
     * The child stays in our process group (the default): a Ctrl-C in the terminal reaches the
-      agent too, and it does not outlive us by accident. Its own children are not managed.
+      agent too, and it does not outlive us by accident. ``start_new_session=True`` puts it in a
+      session of its own instead, for interactive clients that turn Ctrl-C into
+      ``session/cancel`` (close() still ends it). Its own children are not managed.
     * A missing executable (or ``cwd``) raises ``FileNotFoundError`` naming the command.
 
     :meth:`close` stops the conversation at once (a blocked :meth:`read` returns ``b""``), closes
@@ -62,6 +64,7 @@ class ProcessTransport(FdTransport):
         exit_timeout: float = 2.0,
         terminate_timeout: float = 5.0,
         stderr_timeout: float = 1.0,
+        start_new_session: bool = False,
     ) -> None:
         import subprocess
 
@@ -93,6 +96,7 @@ class ProcessTransport(FdTransport):
                 cwd=cwd,
                 env=child_env,
                 close_fds=True,
+                start_new_session=start_new_session,
             )
         except BaseException as exc:
             for fd in (stdin_r, stdin_w, stdout_r, stdout_w, stderr_r, stderr_w):
