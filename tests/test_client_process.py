@@ -203,3 +203,20 @@ def test_the_ready_made_handlers_plug_into_the_builder(spawn: Spawn, tmp_path: P
         client.close()
     assert texts(updates) == ["read=confined", "wrote", "exit=0 out=local\n", "outcome=selected:reject"]
     assert (tmp_path / "out.txt").read_text() == "via-local-files"
+
+
+def test_a_call_after_the_agent_exited_says_so(no_thread_leak: None) -> None:
+    import sys
+
+    import acp
+    from acp.errors import ConnectionClosedError
+
+    client = acp.SyncClient.builder().agent_process(sys.executable, "-c", "import sys; sys.exit(7)").build()
+    try:
+        assert client.process is not None
+        assert client.process.wait(10) == 7
+        with pytest.raises(ConnectionClosedError) as info:
+            client.initialize()
+        assert "the agent process exited (code 7)" in str(info.value)
+    finally:
+        client.close()

@@ -218,6 +218,16 @@ class SyncClient(UnstableMethods):
 
     # ------------------------------------------------------------------ core
 
+    def _closed_reason(self) -> str:
+        if self._closed:
+            return "the client is closed"
+        process = self._process
+        if process is not None:
+            code = process.wait(0.5)  # it is going or gone: the answer comes quickly
+            if code is not None:
+                return f"the agent process exited (code {code})"
+        return "the agent closed the connection"
+
     def _check(self, method: str, unstable: bool = False) -> NegotiatedCapabilities:
         """Refuse locally whatever cannot be sent now (nothing goes out)."""
         if unstable and not self._config.unstable:
@@ -225,7 +235,7 @@ class SyncClient(UnstableMethods):
                 f"{method} is an unstable ACP method: opt in with SyncClient.builder().unstable(True)"
             )
         if self.is_closed:
-            raise ConnectionClosedError(f"{method}: the client is closed")
+            raise ConnectionClosedError(f"{method}: {self._closed_reason()}")
         negotiated = self._negotiated
         if negotiated is None:
             raise CapabilityError(f"{method}: call initialize() first")
@@ -262,7 +272,10 @@ class SyncClient(UnstableMethods):
         debug = _log.isEnabledFor(logging.DEBUG)
         if debug:
             _log.debug("-> %s %s", method, schema.encode(params).decode("utf-8", "replace"))
-        result = self._conn.request(method, params, spec.result_type, timeout=timeout)
+        try:
+            result = self._conn.request(method, params, spec.result_type, timeout=timeout)
+        except ConnectionClosedError as exc:
+            raise ConnectionClosedError(f"{method}: {self._closed_reason()}") from exc
         if debug:
             _log.debug("<- %s %r", method, result)
         return result
@@ -322,13 +335,16 @@ class SyncClient(UnstableMethods):
             if self._negotiated is not None:
                 raise AcpError("initialize: this connection is already initialized")
             if self.is_closed:
-                raise ConnectionClosedError("initialize: the client is closed")
+                raise ConnectionClosedError(f"initialize: {self._closed_reason()}")
             if timeout is _DEFAULT:
                 timeout = self._conn.request_timeout
             _log.debug("-> initialize %r", request)
-            response: schema.InitializeResponse = self._conn.request(
-                "initialize", request, schema.InitializeResponse, timeout=timeout
-            )
+            try:
+                response: schema.InitializeResponse = self._conn.request(
+                    "initialize", request, schema.InitializeResponse, timeout=timeout
+                )
+            except ConnectionClosedError as exc:
+                raise ConnectionClosedError(f"initialize: {self._closed_reason()}") from exc
             if response.protocol_version not in SUPPORTED_PROTOCOL_VERSIONS:
                 error = UnsupportedProtocolVersionError(request.protocol_version, response.protocol_version)
                 _log.warning("%s", error)
