@@ -11,7 +11,9 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
+from collections.abc import Iterable
 from types import TracebackType
+from typing import TYPE_CHECKING, Any
 
 from ..capabilities import NegotiatedCapabilities
 from ..connection import Connection
@@ -24,6 +26,9 @@ from .dispatch import install
 from .scheduler import Scheduler
 from .state import ConnectionState
 from .turns import TurnRegistry
+
+if TYPE_CHECKING:  # websockets is an optional extra: imported only by serve_websocket
+    from ..transport.websocket import Authenticator, WebSocketServer
 
 __all__ = ["SyncAgent", "AgentConnection"]
 
@@ -215,3 +220,40 @@ class SyncAgent:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+    def serve_websocket(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        path: str | None = "/acp",
+        origins: Iterable[str] | None = None,
+        authenticate: Authenticator | None = None,
+        max_connections: int = 1024,
+        max_message_bytes: int = 64 * 1024 * 1024,
+        idle_timeout: float | None = None,
+        **options: Any,
+    ) -> WebSocketServer:
+        """Serve WebSocket clients at ``ws://host:port/path`` in the background; returns the
+        running server (``.url``, ``.port``, ``.serve_forever()``, ``.close()``, ``with``).
+
+        Each WebSocket is one connection of this agent (see :meth:`connect`). ``origins``: the
+        browser origins allowed (None: pages from localhost only; requests without ``Origin``
+        are always allowed). ``authenticate(headers)`` returns None to accept or an HTTP status
+        to refuse. More options (``compression``, ``ping_interval``, ``ssl``...) are those of
+        :class:`acp.transport.websocket.WebSocketServer`. Needs ``pip install 'acp-sync[ws]'``.
+        """
+        from ..transport.websocket import WebSocketServer
+
+        return WebSocketServer(
+            self,
+            host,
+            port,
+            path=path,
+            origins=origins,
+            authenticate=authenticate,
+            max_connections=max_connections,
+            max_message_bytes=max_message_bytes,
+            idle_timeout=idle_timeout,
+            **options,
+        )

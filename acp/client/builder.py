@@ -22,6 +22,7 @@ from typing_extensions import Self
 from .. import schema
 from ..capabilities import TERMINAL_METHODS, derive_client_capabilities
 from ..connection import DEFAULT_REQUEST_TIMEOUT, WireTap
+from ..transport._remote import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_OPEN_TIMEOUT, RemoteSpec
 from ..transport.base import Transport
 from ..wiretap import JsonlWireTap
 from ._handlers import HandlerSet
@@ -119,7 +120,7 @@ class SyncClientBuilder:
     """
 
     def __init__(self) -> None:
-        self._transports: list[Transport | ProcessSpec] = []
+        self._transports: list[Transport | ProcessSpec | RemoteSpec] = []
         self._handlers = HandlerSet()
         self._elicitation_modes = (True, False)
         self._explicit_caps: schema.ClientCapabilities | None = None
@@ -160,6 +161,28 @@ class SyncClientBuilder:
         """Talk over an existing transport (``memory_pair()``, a socket...); the client owns
         it from :meth:`build` on and closes it."""
         self._transports.append(transport)
+        return self
+
+    def connect(
+        self,
+        url: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        open_timeout: float | None = DEFAULT_OPEN_TIMEOUT,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        **options: Any,
+    ) -> Self:
+        """Connect to a remote agent at :meth:`build`: ``ws://host:port/acp`` or ``wss://...``.
+
+        ``headers`` go with the upgrade request (``Authorization``...). :meth:`build` raises
+        :class:`acp.transport.websocket.RemoteConnectionError` (a ``ConnectionClosedError``,
+        with the HTTP ``status`` when the server refused) if it cannot connect. ``options``
+        (``compression``, ``ping_interval``, ``ssl``...) are those of
+        :func:`acp.transport.websocket.connect_websocket`. Needs ``pip install 'acp-sync[ws]'``.
+        """
+        self._transports.append(
+            RemoteSpec(url, dict(headers) if headers else None, open_timeout, max_message_bytes, options)
+        )
         return self
 
     # ------------------------------------------------------------------ handlers
@@ -455,8 +478,8 @@ class SyncClientBuilder:
 
         if len(self._transports) != 1:
             raise ValueError(
-                "cannot build the client: give exactly one transport (agent_process(...) or "
-                f"transport(...)), got {len(self._transports)}"
+                "cannot build the client: give exactly one transport (agent_process(...), "
+                f"transport(...) or connect(...)), got {len(self._transports)}"
             )
         capabilities = self.derived_capabilities()
         owned_tap = None
@@ -475,6 +498,8 @@ class SyncClientBuilder:
                     start_new_session=source.start_new_session,
                 )
                 process = transport
+            elif isinstance(source, RemoteSpec):
+                transport = source.open()
             else:
                 transport = source
         except BaseException:

@@ -1,0 +1,97 @@
+"""Shared pieces of the remote transports (``acp.transport.websocket``, ``acp.transport.http``).
+
+Nothing here imports a third-party library: the builder imports this module to remember a URL
+and opens the connection in ``build()``, and only then is ``websockets`` (or ``httpx``) imported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from ..errors import ConnectionClosedError
+from ..rpc import DEFAULT_MAX_LINE_BYTES
+
+if TYPE_CHECKING:
+    from .base import Transport
+
+__all__ = [
+    "CONNECTION_ID_HEADER",
+    "SESSION_ID_HEADER",
+    "DEFAULT_MAX_MESSAGE_BYTES",
+    "DEFAULT_OPEN_TIMEOUT",
+    "RemoteConnectionError",
+    "RemoteSpec",
+]
+
+#: The header naming one ACP connection (RFD "Streamable HTTP & WebSocket transport").
+CONNECTION_ID_HEADER = "Acp-Connection-Id"
+#: The header naming the session of a session-scoped HTTP request.
+SESSION_ID_HEADER = "Acp-Session-Id"
+#: Largest message accepted by default (same cap as a stdio line): big file contents pass.
+DEFAULT_MAX_MESSAGE_BYTES = DEFAULT_MAX_LINE_BYTES
+#: Seconds allowed for the TCP connect + TLS + upgrade handshake.
+DEFAULT_OPEN_TIMEOUT = 10.0
+
+_SCHEMES = {"ws": "websocket", "wss": "websocket"}
+
+
+class RemoteConnectionError(ConnectionClosedError):
+    """A remote connection could not be opened.
+
+    The server was unreachable (``status`` is None; the cause is chained), or it answered the
+    handshake with an HTTP error (``status`` is that code: 401, 403, 404, 503...). A subclass of
+    :class:`~acp.errors.ConnectionClosedError`, so code that handles a vanished peer handles
+    this too.
+    """
+
+    def __init__(self, url: str, reason: str, status: int | None = None) -> None:
+        self.url = url
+        self.status = status
+        self.reason = reason
+        super().__init__(f"cannot connect to {url}: {reason}")
+
+
+@dataclass(frozen=True)
+class RemoteSpec:
+    """A remote agent to connect to at ``build()`` (``SyncClientBuilder.connect``)."""
+
+    url: str
+    headers: Mapping[str, str] | None = None
+    open_timeout: float | None = DEFAULT_OPEN_TIMEOUT
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        kind(self.url)  # fail early on a URL we cannot serve
+        if self.max_message_bytes <= 0:
+            raise ValueError("max_message_bytes must be positive")
+
+    def open(self) -> Transport:
+        """Connect now; raises :class:`RemoteConnectionError` when that fails."""
+        if kind(self.url) == "websocket":
+            from .websocket import connect_websocket
+
+            return connect_websocket(
+                self.url,
+                headers=self.headers,
+                open_timeout=self.open_timeout,
+                max_message_bytes=self.max_message_bytes,
+                **self.options,
+            )
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+def kind(url: str) -> str:
+    """``"websocket"`` for a ``ws://`` / ``wss://`` URL; ``ValueError`` for anything else."""
+    if not isinstance(url, str):
+        raise TypeError(f"a URL must be a str (got {type(url).__name__})")
+    parts = urlsplit(url)
+    transport = _SCHEMES.get(parts.scheme.lower())
+    if transport is None:
+        raise ValueError(f"unsupported URL {url!r}: use ws://host:port/acp or wss://...")
+    if not parts.hostname:
+        raise ValueError(f"URL without a host: {url!r}")
+    return transport
