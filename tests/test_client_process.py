@@ -121,11 +121,13 @@ def test_cancel_over_a_process(spawn: Spawn) -> None:
 def test_permission_cancel_rule_over_a_process(spawn: Spawn) -> None:
     updates: list[schema.SessionNotification] = []
     entered = threading.Event()
+    returned = threading.Event()
     late: list[bool] = []
 
     def ask_user(request: schema.RequestPermissionRequest, ctx: ClientRequestContext) -> schema.RequestPermissionResponse:
         entered.set()
         late.append(ctx.cancelled.wait(WAIT))
+        returned.set()
         return schema.RequestPermissionResponse(outcome=schema.SelectedPermissionOutcome(option_id="allow"))
 
     client = spawn(lambda b: b.session_update_handler(updates.append).request_permission_handler(ask_user))
@@ -137,6 +139,8 @@ def test_permission_cancel_rule_over_a_process(spawn: Spawn) -> None:
     assert future.result(WAIT).stop_reason == "cancelled"
     thread.join(WAIT)
     assert texts(updates) == ["outcome=cancelled"]
+    # The SDK answered for the handler, so the turn may end before the handler itself returns.
+    assert returned.wait(WAIT)
     assert late == [True]
     # The next turn is not affected by the earlier cancellation.
     entered.clear()
