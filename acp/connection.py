@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from queue import SimpleQueue
-from typing import Any, Union
+from typing import Any, Protocol, Union
 
 import msgspec
 
@@ -59,6 +59,7 @@ from .executor import HandlerPool
 from .transport.base import Transport
 
 __all__ = [
+    "CancelSource",
     "Connection",
     "InboundCall",
     "WireTap",
@@ -79,6 +80,13 @@ _PARK_WATCH = 0.05  # the housekeeper keeps checking this long after the last pa
 
 WireTap = Callable[[str, bytes], None]
 """Receives ("in" | "out", line) for every line, for debugging."""
+
+
+class CancelSource(Protocol):
+    """Something that can cancel a blocking call: ``on_cancel(fn)`` runs ``fn`` when it fires
+    (at once if it already has) and returns a function that unregisters ``fn``."""
+
+    def on_cancel(self, callback: Callable[[], None]) -> Callable[[], None]: ...
 
 _USE_DEFAULT: Any = object()
 
@@ -488,24 +496,33 @@ class Connection:
         result_type: Any = None,
         *,
         timeout: float | None = _USE_DEFAULT,
+        cancel: CancelSource | None = None,
     ) -> Any:
         """Send a request and block for its result, decoded as ``result_type``.
 
         ``timeout`` defaults to the connection's ``request_timeout``; None waits forever. On
         timeout a ``$/cancel_request`` is sent, the late answer is dropped and
         :class:`RequestTimeoutError` is raised. An error answer raises :class:`RequestError`.
+        ``cancel`` (anything with ``on_cancel(fn) -> unregister``) abandons the call when it
+        fires: ``$/cancel_request`` goes out and :class:`RequestCancelledError` is raised.
         """
         if timeout is _USE_DEFAULT:
             timeout = self.request_timeout
         pending = self._register(method, result_type, None)
         self._send_request(pending, params)
+        # Cancelling abandons the call like cancel_request(): the waiter below wakes at once.
+        forget = cancel.on_cancel(lambda: self.cancel_request(pending.id)) if cancel is not None else None
         lock = pending.lock
         assert lock is not None
-        if not lock.acquire(timeout=-1 if timeout is None else timeout):
-            if self._pending.pop(pending.id, None) is not None:
-                self._send_cancel(pending.id)
-                raise RequestTimeoutError(f"{method}: no answer within {timeout} s")
-            lock.acquire()  # the answer is being delivered right now: take it
+        try:
+            if not lock.acquire(timeout=-1 if timeout is None else timeout):
+                if self._pending.pop(pending.id, None) is not None:
+                    self._send_cancel(pending.id)
+                    raise RequestTimeoutError(f"{method}: no answer within {timeout} s")
+                lock.acquire()  # the answer is being delivered right now: take it
+        finally:
+            if forget is not None:
+                forget()
         return self._outcome(pending)
 
     def request_future(
@@ -979,18 +996,25 @@ class Connection:
             self._handled += 1
 
     def _run_notification(self, msg: rpc.Notification, handler: _Handler | None) -> None:
+        fallback = None
         try:
             if handler is None or not handler.notification:
                 fallback = self._fallback_notification
                 if fallback is None:
                     _log.debug("%s: ignored unknown notification %s", self.name, msg.method)
                     return
-                fallback(msg.method, _ANY_DECODER.decode(msg.params) if msg.params else None)
-                return
-            params = handler.decode(msg.params)
-            handler.fn(params)
-        except msgspec.ValidationError as exc:
+                params = _ANY_DECODER.decode(msg.params) if msg.params else None
+            else:
+                params = handler.decode(msg.params)
+        except (msgspec.DecodeError, RecursionError) as exc:  # a ValidationError, invalid UTF-8...
             _log.warning("%s: %s notification with invalid params: %s", self.name, msg.method, exc)
+            return
+        try:
+            if fallback is not None:
+                fallback(msg.method, params)
+            else:
+                assert handler is not None
+                handler.fn(params)
         except Exception:
             _log.exception("%s: %s notification handler failed", self.name, msg.method)
 

@@ -12,10 +12,8 @@ import itertools
 import logging
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future
-from typing import Any
 
-__all__ = ["CancelToken", "wait_future"]
+__all__ = ["CancelToken"]
 
 _log = logging.getLogger("acp.agent")
 
@@ -89,26 +87,3 @@ class CancelToken:
 
 def _noop() -> None:
     return None
-
-
-def wait_future(future: Future[Any], token: CancelToken | None) -> bool:
-    """Block until ``future`` is done or ``token`` is cancelled.
-
-    True when the future is done (an answer that raced a cancel still wins: it is real),
-    False when the token was cancelled first. Without a token, waits for the future alone
-    (its own timeout bounds the wait).
-    """
-    if token is None:
-        try:
-            future.exception()
-        except BaseException:  # cancelled futures raise here; the caller reads the outcome
-            pass
-        return True
-    wake = threading.Event()
-    future.add_done_callback(lambda _f: wake.set())
-    remove = token.on_cancel(wake.set)
-    try:
-        wake.wait()
-    finally:
-        remove()
-    return future.done()

@@ -10,13 +10,12 @@ Every call first checks what the client advertised on *this* connection and rais
 from __future__ import annotations
 
 import logging
-from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Callable
 
 from .. import schema
 from ..capabilities import NegotiatedCapabilities
 from ..errors import CapabilityError, RequestCancelledError
-from .cancellation import CancelToken, wait_future
+from .cancellation import CancelToken
 from .state import ConnectionState
 
 if TYPE_CHECKING:
@@ -75,15 +74,12 @@ class ClientProxy:
             token = None
         if _log.isEnabledFor(logging.DEBUG):
             _log.debug("-> %s %s", method, schema.encode(params).decode(errors="replace"))
-        future: Future[Any] = self._state.connection.request_future(
-            method, params, result_type, timeout=timeout
-        )
-        if not wait_future(future, token):
-            future.cancel()  # sends $/cancel_request; a late answer is dropped
-            if not future.cancelled() and future.done():
-                return future.result()  # the answer won the race after all
-            raise RequestCancelledError(f"{method}: the prompt turn was cancelled")
-        return future.result()
+        try:
+            # A cancelled turn abandons the call ($/cancel_request; a late answer is dropped);
+            # an answer that arrived first still wins.
+            return self._state.connection.request(method, params, result_type, timeout=timeout, cancel=token)
+        except RequestCancelledError:
+            raise RequestCancelledError(f"{method}: the prompt turn was cancelled") from None
 
     def _require(self, method: str) -> None:
         self._state.capabilities.require_client_method(method)

@@ -119,6 +119,8 @@ def _ext_request_adapter(client: SyncClient, fn: RequestFn) -> Callable[[Any, In
 
 def _fan_out(fns: list[Callable[[schema.SessionNotification], None]]) -> Callable[[Any], None]:
     consumers = tuple(fns)
+    if len(consumers) == 1:
+        return consumers[0]  # the engine already logs a failing handler and goes on
 
     def handle(notification: schema.SessionNotification) -> None:
         for consumer in consumers:
