@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 SCHEMA_DIR ?= ../shared/acp-schema
 
-.PHONY: install test test-all lint schema bench bench-setup demo clean interop-setup
+.PHONY: install test test-load test-all lint schema bench bench-setup demo clean interop-setup
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +17,12 @@ install: $(STAMP)
 
 test: $(STAMP) interop-setup
 	$(PY) -m pytest --timeout=120 $(PYTEST_ARGS)
+
+# The fault, fuzz and load tests at full size (100,000-update burst, 10,000 cancel races,
+# 30,000 fuzz examples per side, 1,000 sessions / 10 agents x 100); latency percentiles are
+# printed and written to benchmarks/results/load-*.json. `make test` runs them reduced.
+test-load: $(STAMP)
+	ACP_LOAD=full $(PY) -m pytest --timeout=900 -s tests/test_faults.py tests/test_fuzz.py tests/test_load.py $(PYTEST_ARGS)
 
 # The official TypeScript SDK, pinned in tests/interop (package.json + package-lock.json), for the
 # interop tests. Installs only when node_modules is missing or older than the lock. Without node/npm
