@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from queue import SimpleQueue
@@ -89,9 +90,11 @@ class HandlerPool(Executor):
     def join(self, timeout: float | None) -> bool:
         """After shutdown: wait for the threads until ``timeout``; True when all have ended."""
         current = threading.current_thread()
+        # One deadline for all: blocked handlers must not each get the whole timeout.
+        deadline = None if timeout is None else time.monotonic() + timeout
         for thread in list(self._threads):
             if thread is not current:
-                thread.join(timeout)
+                thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
         return not any(t.is_alive() for t in self._threads if t is not current)
 
     def _grow(self) -> None:

@@ -539,11 +539,6 @@ def test_handler_blocked_forever_graceful_close_bound(no_thread_leak: None) -> N
     peer.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug reported to the lead: HandlerPool.join (acp/executor.py) joins each thread with "
-    "the full timeout, so close(graceful=True, timeout=t) with N blocked handlers takes ~(N+1)*t",
-)
 def test_several_blocked_handlers_keep_the_close_bound(no_thread_leak: None) -> None:
     before = set(threading.enumerate())
     conn, peer, gate, calls, threads = _blocked_engine(4)
@@ -655,11 +650,6 @@ def test_client_handler_blocked_forever(no_thread_leak: None) -> None:
         t.join(WAIT)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug reported to the lead: acp/agent/dispatch.py _answer_value passes a wrongly typed "
-    "handler result (a str for NewSessionResponse) to the wire instead of answering -32603",
-)
 def test_agent_handler_returns_the_wrong_type(no_thread_leak: None) -> None:
     agent = (
         SyncAgent.builder()
@@ -678,11 +668,6 @@ def test_agent_handler_returns_the_wrong_type(no_thread_leak: None) -> None:
         peer.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug reported to the lead: acp/client/_handlers.py _coerce passes a wrongly typed "
-    "handler result (an int for ReadTextFileResponse) to the wire instead of answering -32603",
-)
 def test_client_handler_returns_the_wrong_type(no_thread_leak: None) -> None:
     ours, theirs = memory_pair()
     client = (
@@ -877,12 +862,6 @@ def test_cancel_right_behind_the_prompt_is_not_lost(no_thread_leak: None) -> Non
         peer.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug reported to the lead: acp/agent/turns.py Turn.answer writes the SDK's own answer "
-    "(grace period / max_prompt_duration) before the turn leaves the registry (_ended), so a next "
-    "prompt sent the moment that answer arrives can be refused -32600 'turn already active'",
-)
 def test_prompt_right_after_a_cancelled_answer(no_thread_leak: None, monkeypatch: pytest.MonkeyPatch) -> None:
     """After the SDK answers ``cancelled`` itself (grace period 0), the client may prompt that
     session again at once. The window between the answer and the turn's removal is widened

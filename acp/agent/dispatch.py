@@ -54,9 +54,15 @@ def install(spec: AgentSpec, state: ConnectionState) -> None:
 
 def _answer_value(method: str, result: Any, ext: bool = False) -> Any:
     """Check a handler's return value: None only where every response field is optional."""
-    if result is not None or ext:
+    if ext:
         return result
     rtype = result_type(method)
+    if result is not None:
+        if isinstance(rtype, type) and not isinstance(result, rtype):
+            # Sent as is, a wrong value would reach the client as a malformed answer.
+            _log.error("%s handler returned %s, not %s", method, type(result).__name__, rtype.__name__)
+            raise RequestError(INTERNAL_ERROR, "Internal error")
+        return result
     if isinstance(rtype, type) and issubclass(rtype, msgspec.Struct):
         required = [f.name for f in msgspec.structs.fields(rtype) if f.required]
         if required:

@@ -81,12 +81,14 @@ class Turn:
             if self._answered:
                 return False
             self._answered = True
+            # Out of the registry before the answer is on the wire: the client may send its
+            # next prompt for this session the moment it reads the answer.
+            self._ended()
             # Under the lock: no update of this turn can slip in behind the answer.
             if error is not None:
                 self.call.answer_error(error.code, error.message, error.data)
             else:
                 self.call.answer(result)
-        self._ended()
         return True
 
     def abort(self) -> None:

@@ -58,6 +58,11 @@ def _coerce(method: str, result: Any, result_type: Any) -> Any:
             ) from None
     if isinstance(result, str) and result_type is schema.ReadTextFileResponse:
         return schema.ReadTextFileResponse(content=result)
+    if isinstance(result_type, type) and not isinstance(result, result_type):
+        # Sent as is, a wrong value would reach the agent as a malformed answer.
+        raise TypeError(
+            f"the {method} handler returned {type(result).__name__}; it must return {result_type.__name__}"
+        )
     return result
 
 
