@@ -7,6 +7,7 @@ import json
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout  # not the builtin before 3.11
 from typing import Any
 
 import pytest
@@ -98,7 +99,7 @@ def test_ordering_slow_notification_handler(pair: tuple[Connection, Connection])
     a.start()
     b.start()
     future = a.request_future("stream")
-    with pytest.raises(TimeoutError):
+    with pytest.raises(FutureTimeout):
         future.result(0.2)  # held behind the slow handler, as the guarantee requires
     gate.set()
     assert future.result(WAIT) == {"sent": 50}
