@@ -68,7 +68,7 @@ test-all:
 	  if [ -z "$$py" ]; then echo "python $$v: not installed, skipped"; continue; fi; \
 	  echo "=== python $$v ($$py)"; \
 	  $$py -m venv .venv-$$v && .venv-$$v/bin/pip install -q -e '.[dev]' && \
-	  .venv-$$v/bin/python -m pytest --timeout=120 -q; \
+	  .venv-$$v/bin/python -m pytest --timeout=120; \
 	done
 
 clean:
