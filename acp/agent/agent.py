@@ -93,6 +93,12 @@ class AgentConnection:
         """Block until the connection is closed (client gone, or :meth:`close`)."""
         return self._closed.wait(timeout)
 
+    def cancel_turns(self) -> None:
+        """Cancel every active prompt turn (and any that starts from now on), as if the client
+        had sent ``session/cancel`` for each: handlers wake and answer ``cancelled``. For a
+        server shutting down gracefully."""
+        self._state.turns.cancel_all(closing=True)
+
     def close(self, graceful: bool = False, timeout: float | None = 5.0) -> None:
         """Close this connection; idempotent.
 
@@ -154,6 +160,11 @@ class SyncAgent:
     def builder() -> SyncAgentBuilder:
         """A new builder."""
         return SyncAgentBuilder()
+
+    @property
+    def name(self) -> str:
+        """The name connections and logs use (from ``agent_info``)."""
+        return self._spec.name
 
     @property
     def spec(self) -> AgentSpec:

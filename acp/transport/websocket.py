@@ -32,7 +32,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, Protocol, Union
 from urllib.parse import urlsplit
 
 from websockets.exceptions import ConnectionClosed, InvalidStatus, InvalidURI
@@ -50,17 +50,37 @@ from ._remote import (
     DEFAULT_OPEN_TIMEOUT,
     RemoteConnectionError,
 )
-from .base import READ_CHUNK
+from .base import READ_CHUNK, Transport
 
 if TYPE_CHECKING:
     import ssl as ssl_module
 
     from websockets.http11 import Request, Response
 
-    from ..agent.agent import AgentConnection, SyncAgent
+
+class ServedConnection(Protocol):
+    """What the server needs of one served connection (``acp.agent.AgentConnection`` is one).
+    Declared here so this transport layer never depends on the agent layer above it."""
+
+    name: str
+
+    def wait_closed(self, timeout: float | None = None) -> bool: ...
+
+    def cancel_turns(self) -> None: ...
+
+    def close(self, graceful: bool = False, timeout: float | None = 5.0) -> None: ...
+
+
+class ConnectionServer(Protocol):
+    """Something that serves a connection over a transport (``acp.SyncAgent`` is one)."""
+
+    def connect(self, transport: Transport) -> ServedConnection: ...
+
 
 __all__ = [
     "CONNECTION_ID_HEADER",
+    "ConnectionServer",
+    "ServedConnection",
     "DEFAULT_MAX_MESSAGE_BYTES",
     "Authenticator",
     "RefuseConnection",
@@ -370,7 +390,7 @@ class WebSocketServer:
 
     def __init__(
         self,
-        agent: SyncAgent,
+        agent: ConnectionServer,
         host: str = "127.0.0.1",
         port: int = 0,
         *,
@@ -400,7 +420,7 @@ class WebSocketServer:
         self._idle_timeout = idle_timeout
         self._lock = threading.Lock()
         self._reserved: set[ServerConnection] = set()  # upgraded (101 sent or being sent)
-        self._handles: set[AgentConnection] = set()
+        self._handles: set[ServedConnection] = set()
         self._closing = False
         self._closed = threading.Event()
         self._close_lock = threading.Lock()
@@ -430,7 +450,7 @@ class WebSocketServer:
             target=self._accept_loop, name=f"acp-ws-accept-{self.port}", daemon=True
         )
         self._thread.start()
-        _log.info("serving %s on %s", agent.spec.name, self.url)
+        _log.info("serving %s on %s", getattr(agent, "name", type(agent).__name__), self.url)
 
     # -- public ------------------------------------------------------------------------------
 
@@ -441,7 +461,7 @@ class WebSocketServer:
         return f"{self._scheme}://{host}:{self.port}{self._path or '/'}"
 
     @property
-    def connections(self) -> list[AgentConnection]:
+    def connections(self) -> list[ServedConnection]:
         """The agent connections currently served over this server."""
         with self._lock:
             return list(self._handles)
@@ -598,11 +618,11 @@ class WebSocketServer:
                 self._reserved.discard(ws)
 
 
-def _close_handle(handle: AgentConnection, timeout: float | None, cancel: bool) -> None:
+def _close_handle(handle: ServedConnection, timeout: float | None, cancel: bool) -> None:
     try:
         if cancel:
             # Wake every turn so its handler answers "cancelled" before the socket closes.
-            handle._state.turns.cancel_all(closing=True)
+            handle.cancel_turns()
         handle.close(graceful=True, timeout=timeout)
     except Exception:
         _log.exception("%s: close failed", handle.name)
