@@ -62,6 +62,7 @@ __all__ = [
     "CancelSource",
     "Connection",
     "InboundCall",
+    "TimerHandle",
     "WireTap",
     "DEFAULT_REQUEST_TIMEOUT",
     "CANCEL_REQUEST",
@@ -107,6 +108,20 @@ _DECODERS: dict[Any, Any] = {}
 
 
 _ANY_DECODER = msgspec.json.Decoder()
+
+
+class TimerHandle:
+    """A callback scheduled with :meth:`Connection.call_later`."""
+
+    __slots__ = ("callback", "cancelled")
+
+    def __init__(self, callback: Callable[[], None]) -> None:
+        self.callback = callback
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        """Do not run the callback (no effect once it has run)."""
+        self.cancelled = True
 
 
 class InboundCall:
@@ -320,7 +335,8 @@ class Connection:
         self._house_cond = threading.Condition(threading.Lock())
         self._house_thread: threading.Thread | None = None
         self._flush_at: float | None = None
-        self._deadlines: list[tuple[float, int]] = []
+        self._deadlines: list[tuple[float, int, TimerHandle]] = []
+        self._timer_seq = itertools.count()
 
         self._started = False
         self._eof = False  # no more input: pending calls failed, new calls refused
@@ -544,7 +560,8 @@ class Connection:
         pending = self._register(method, result_type, future)
         future.add_done_callback(lambda f: self._abandon(pending) if f.cancelled() else None)
         if timeout is not None:
-            self._schedule(time.monotonic() + timeout, pending.id)
+            msg_id = pending.id
+            self.call_later(timeout, lambda: self._expire(msg_id))
         self._send_request(pending, params)
         return future
 
@@ -732,11 +749,25 @@ class Connection:
                 self._ensure_housekeeper()
                 self._house_cond.notify()
 
-    def _schedule(self, deadline: float, msg_id: int) -> None:
+    def call_later(self, delay: float, callback: Callable[[], None]) -> TimerHandle:
+        """Run ``callback`` after ``delay`` seconds on the connection's housekeeping thread
+        (never once the connection is closed). Keep it short; :meth:`TimerHandle.cancel`
+        stops it. Facades use this for their timers instead of a thread of their own."""
+        handle = TimerHandle(callback)
         with self._house_cond:
-            heapq.heappush(self._deadlines, (deadline, msg_id))
+            if self._closed:
+                handle.cancel()
+                return handle
+            heapq.heappush(self._deadlines, (time.monotonic() + delay, next(self._timer_seq), handle))
             self._ensure_housekeeper()
             self._house_cond.notify()
+        return handle
+
+    def _expire(self, msg_id: int) -> None:
+        pending = self._pending.pop(msg_id, None)
+        if pending is not None:
+            self._send_cancel(msg_id)
+            self._complete(pending, None, RequestTimeoutError(f"{pending.method}: no answer in time"))
 
     def _wake_housekeeper(self) -> None:
         with self._house_cond:
@@ -753,7 +784,7 @@ class Connection:
     def _housekeep(self) -> None:
         cond = self._house_cond
         while True:
-            expired: list[int] = []
+            expired: list[TimerHandle] = []
             with cond:
                 while not self._closed:
                     now = time.monotonic()
@@ -781,7 +812,7 @@ class Connection:
                 if flush:
                     self._flush_at = None
                 while self._deadlines and self._deadlines[0][0] <= now:
-                    expired.append(heapq.heappop(self._deadlines)[1])
+                    expired.append(heapq.heappop(self._deadlines)[2])
             if parked is not None:
                 self._unpark(parked)
             if flush:
@@ -789,11 +820,12 @@ class Connection:
                     self._flush()
                 except ConnectionClosedError:
                     pass
-            for msg_id in expired:
-                pending = self._pending.pop(msg_id, None)
-                if pending is not None:
-                    self._send_cancel(msg_id)
-                    self._complete(pending, None, RequestTimeoutError(f"{pending.method}: no answer in time"))
+            for handle in expired:
+                if not handle.cancelled:
+                    try:
+                        handle.callback()
+                    except Exception:
+                        _log.exception("%s: a timer callback failed", self.name)
 
     # ------------------------------------------------------------------ reading
 

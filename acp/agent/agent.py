@@ -23,7 +23,6 @@ from .builder import AgentSpec, SyncAgentBuilder
 from .client_proxy import ClientProxy
 from .context import SessionUpdater
 from .dispatch import install
-from .scheduler import Scheduler
 from .state import ConnectionState
 from .turns import TurnRegistry
 
@@ -52,9 +51,9 @@ class AgentConnection:
             request_timeout=spec.request_timeout,
             name=name,
         )
-        scheduler = Scheduler(name)
-        turns = TurnRegistry(scheduler, spec.cancel_grace_period, spec.max_prompt_duration)
-        self._state = ConnectionState(self.connection, turns, scheduler, spec.unstable)
+        # Grace periods and prompt deadlines run on the connection's housekeeping thread.
+        turns = TurnRegistry(self.connection.call_later, spec.cancel_grace_period, spec.max_prompt_duration)
+        self._state = ConnectionState(self.connection, turns, spec.unstable)
         self._lock = threading.Lock()
         self._closing = False
         self._closer: threading.Thread | None = None
@@ -122,7 +121,6 @@ class AgentConnection:
                 self._state.turns.cancel_all(closing=True)
             self.connection.close(graceful=graceful, timeout=timeout)
             self._state.turns.cancel_all(closing=True)
-            self._state.scheduler.close()
         finally:
             self._agent._forget(self)
             self._closed.set()

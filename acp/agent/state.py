@@ -13,7 +13,6 @@ from ..capabilities import NegotiatedCapabilities
 from ..connection import Connection
 from ..errors import CapabilityError
 from ..schema import PROTOCOL_VERSION
-from .scheduler import Scheduler
 from .turns import TurnRegistry
 
 __all__ = ["ConnectionState", "TerminalRegistry"]
@@ -65,12 +64,10 @@ class ConnectionState:
         self,
         connection: Connection,
         turns: TurnRegistry,
-        scheduler: Scheduler,
         unstable: bool,
     ) -> None:
         self.connection = connection
         self.turns = turns
-        self.scheduler = scheduler
         self.unstable = unstable
         self.terminals = TerminalRegistry()
         # Until initialize, the client advertised nothing: every optional call is refused.

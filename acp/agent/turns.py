@@ -24,10 +24,9 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import schema
-from ..connection import InboundCall
+from ..connection import InboundCall, TimerHandle
 from ..errors import INVALID_REQUEST, REQUEST_CANCELLED, RequestError
 from .cancellation import CancelToken
-from .scheduler import Scheduler, TimerHandle
 
 __all__ = ["Turn", "TurnRegistry"]
 
@@ -118,11 +117,11 @@ class TurnRegistry:
 
     def __init__(
         self,
-        scheduler: Scheduler,
+        call_later: Callable[[float, Callable[[], None]], TimerHandle],
         grace_period: float | None,
         max_duration: float | None,
     ) -> None:
-        self._scheduler = scheduler
+        self._call_later = call_later
         self._grace = grace_period
         self._max = max_duration
         self._lock = threading.Lock()
@@ -146,7 +145,7 @@ class TurnRegistry:
         if closed:
             turn.token.cancel()
         elif self._max is not None:
-            turn.add_timer(self._scheduler.call_later(self._max, lambda: self._expire(turn)))
+            turn.add_timer(self._call_later(self._max, lambda: self._expire(turn)))
         return turn
 
     def get(self, session_id: str) -> Turn | None:
@@ -174,7 +173,7 @@ class TurnRegistry:
 
     def _cancel(self, turn: Turn) -> None:
         if turn.token.cancel() and self._grace is not None and not turn.answered:
-            turn.add_timer(self._scheduler.call_later(self._grace, lambda: self._grace_expired(turn)))
+            turn.add_timer(self._call_later(self._grace, lambda: self._grace_expired(turn)))
 
     def _grace_expired(self, turn: Turn) -> None:
         if turn.answer(schema.PromptResponse(stop_reason=schema.StopReasons.CANCELLED)):
