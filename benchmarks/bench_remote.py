@@ -1,14 +1,17 @@
-"""ACP over WebSocket next to stdio: prompts/s, streamed chunks/s, memory per idle connection.
+"""ACP over WebSocket and Streamable HTTP next to stdio: prompts/s, streamed chunks/s, memory per
+idle connection.
 
     .venv/bin/python benchmarks/bench_remote.py                 # defaults (~20 s)
     .venv/bin/python benchmarks/bench_remote.py --quick         # tiny sizes, for a smoke run
 
-The agent is a separate process in every row (this file with ``--serve stdio|ws``): the client
-spawns it and talks over its stdin/stdout, or connects to its WebSocket on 127.0.0.1. Rows:
+The agent is a separate process in every row (this file with ``--serve stdio|ws|http``): the
+client spawns it and talks over its stdin/stdout, or connects to it on 127.0.0.1. Rows:
 
     stdio       SyncClient.agent_process(...)      SyncAgent.serve_stdio()
     ws          SyncClient.connect("ws://...")     SyncAgent.serve_websocket()
     ws+deflate  the same with permessage-deflate on both sides
+    http        SyncClient.connect("http://...")   SyncAgent.serve_http() (uvicorn, HTTP/1.1)
+    asgi-ws     SyncClient.connect("ws://...")     the WebSocket profile of SyncAgent.serve_http()
 
 Scenarios: ``rtt`` sequential prompts without updates (prompts/s); ``stream`` one prompt
 streaming N agent_message_chunk updates (chunks/s, every chunk counted); ``memory`` the agent
@@ -59,6 +62,11 @@ def serve(kind: str, compression: bool) -> None:
     if kind == "stdio":
         agent.serve_stdio()
         return
+    if kind == "http":
+        with agent, agent.serve_http(max_connections=100_000) as http_server:
+            print(http_server.url, flush=True)
+            sys.stdin.read()
+        return
     with agent, agent.serve_websocket(compression=compression, max_connections=100_000) as server:
         print(server.url, flush=True)
         sys.stdin.read()
@@ -73,8 +81,8 @@ def _argv(kind: str, compression: bool) -> list[str]:
 
 
 @contextmanager
-def ws_server(compression: bool) -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    proc = subprocess.Popen(_argv("ws", compression), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+def ws_server(compression: bool, kind: str = "ws") -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    proc = subprocess.Popen(_argv(kind, compression), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
         yield proc.stdout.readline().strip(), proc
@@ -117,10 +125,18 @@ def run_row(kind: str, compression: bool, rtt_n: int, stream_n: int) -> tuple[fl
         builder = acp.SyncClient.builder().agent_process(*_argv("stdio", False))
         with builder.session_update_handler(counter).build() as client:
             return _measure(client, counter, rtt_n, stream_n)
-    with ws_server(compression) as (url, _):
-        builder = acp.SyncClient.builder().connect(url, compression=compression)
+    with ws_server(compression, "ws" if kind == "ws" else "http") as (url, _):
+        builder = _connect(kind, url, compression)
         with builder.session_update_handler(counter).build() as client:
             return _measure(client, counter, rtt_n, stream_n)
+
+
+def _connect(kind: str, url: str, compression: bool) -> acp.SyncClientBuilder:
+    if kind == "http":
+        return acp.SyncClient.builder().connect(url)
+    if kind == "asgi-ws":
+        return acp.SyncClient.builder().connect("ws" + url[4:])
+    return acp.SyncClient.builder().connect(url, compression=compression)
 
 
 def _status(pid: int) -> tuple[int, int]:
@@ -135,17 +151,17 @@ def _status(pid: int) -> tuple[int, int]:
     return rss, threads
 
 
-def memory(n: int, compression: bool) -> dict[str, float]:
-    with ws_server(compression) as (url, proc):
+def memory(n: int, compression: bool, kind: str = "ws") -> dict[str, float]:
+    with ws_server(compression, "ws" if kind == "ws" else "http") as (url, proc):
         clients: list[acp.SyncClient] = []
         try:
-            warm = acp.SyncClient.builder().connect(url, compression=compression).build()
+            warm = _connect(kind, url, compression).build()
             clients.append(warm)
             warm.initialize()
             warm.prompt(warm.new_session(cwd="/").session_id, "10")
             rss0, threads0 = _status(proc.pid)
             for _ in range(n):
-                client = acp.SyncClient.builder().connect(url, compression=compression).build()
+                client = _connect(kind, url, compression).build()
                 clients.append(client)
                 client.initialize()
             # Every server connection answered initialize: its threads and buffers exist.
@@ -165,7 +181,7 @@ def memory(n: int, compression: bool) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--serve", choices=["stdio", "ws"], help=argparse.SUPPRESS)
+    parser.add_argument("--serve", choices=["stdio", "ws", "http"], help=argparse.SUPPRESS)
     parser.add_argument("--compression", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--quick", action="store_true", help="tiny sizes, one run")
     parser.add_argument("--runs", type=int, default=3)
@@ -179,7 +195,14 @@ def main() -> None:
     if args.quick:
         args.runs, args.rtt, args.stream, args.connections = 1, 50, 500, 10
     rows: dict[str, Any] = {}
-    for name, kind, compression in (("stdio", "stdio", False), ("ws", "ws", False), ("ws+deflate", "ws", True)):
+    table = (
+        ("stdio", "stdio", False),
+        ("ws", "ws", False),
+        ("ws+deflate", "ws", True),
+        ("http", "http", False),
+        ("asgi-ws", "asgi-ws", False),
+    )
+    for name, kind, compression in table:
         samples = [run_row(kind, compression, args.rtt, args.stream) for _ in range(args.runs)]
         rows[name] = (
             statistics.median(s[0] for s in samples),
@@ -189,13 +212,12 @@ def main() -> None:
     print(f"{'transport':<12} {'prompts/s':>10} {'vs stdio':>9} {'chunks/s':>10} {'vs stdio':>9}")
     for name, (rtt, stream) in rows.items():
         print(f"{name:<12} {rtt:>10.0f} {rtt / base_rtt:>8.2f}x {stream:>10.0f} {stream / base_stream:>8.2f}x")
-    for compression in (False, True):
-        m = memory(args.connections, compression)
-        label = "ws+deflate" if compression else "ws"
+    for label, kind, compression in (("ws", "ws", False), ("ws+deflate", "ws", True), ("http", "http", False)):
+        m = memory(args.connections, compression, kind)
         print(
             f"{label}: {m['rss_kib_per_connection']:.0f} KiB RSS and "
             f"{m['threads_per_connection']:.1f} threads per idle connection "
-            f"(agent server, {m['connections']} connections)"
+            f"(agent server, {m['connections']} connections held)"
         )
 
 

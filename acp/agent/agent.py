@@ -27,7 +27,9 @@ from .state import ConnectionState
 from .turns import TurnRegistry
 
 if TYPE_CHECKING:  # websockets is an optional extra: imported only by serve_websocket
-    from ..transport.websocket import Authenticator, WebSocketServer
+    from ..transport._serving import Authenticator
+    from ..transport.http_server import AcpAsgiApp, HttpServer
+    from ..transport.websocket import WebSocketServer
 
 __all__ = ["SyncAgent", "AgentConnection"]
 
@@ -266,3 +268,70 @@ class SyncAgent:
             idle_timeout=idle_timeout,
             **options,
         )
+
+    def asgi_app(
+        self,
+        *,
+        path: str | None = "/acp",
+        origins: Iterable[str] | None = None,
+        authenticate: Authenticator | None = None,
+        max_connections: int = 1024,
+        max_message_bytes: int = 64 * 1024 * 1024,
+        idle_timeout: float | None = 300.0,
+        **options: Any,
+    ) -> AcpAsgiApp:
+        """An ASGI application serving this agent over Streamable HTTP and WebSocket on
+        ``path``: run it under any ASGI server (uvicorn, hypercorn for HTTP/2) or mount it in
+        an ASGI framework. Each ACP connection is one connection of this agent (see
+        :meth:`connect`); handlers run on the handler executor, never on the event loop.
+
+        ``idle_timeout``: a connection with no open event stream and no request for that many
+        seconds is closed. The other options are those of :meth:`serve_websocket`, plus
+        ``keepalive``, ``initialize_timeout`` and ``websocket`` (see
+        :class:`acp.transport.http_server.AcpAsgiApp`). Needs no extra package.
+        """
+        from ..transport.http_server import AcpAsgiApp
+
+        return AcpAsgiApp(
+            self,
+            path=path,
+            origins=origins,
+            authenticate=authenticate,
+            max_connections=max_connections,
+            max_message_bytes=max_message_bytes,
+            idle_timeout=idle_timeout,
+            **options,
+        )
+
+    def serve_http(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        path: str | None = "/acp",
+        origins: Iterable[str] | None = None,
+        authenticate: Authenticator | None = None,
+        max_connections: int = 1024,
+        max_message_bytes: int = 64 * 1024 * 1024,
+        idle_timeout: float | None = 300.0,
+        ssl_certfile: str | None = None,
+        ssl_keyfile: str | None = None,
+        **options: Any,
+    ) -> HttpServer:
+        """Serve :meth:`asgi_app` with uvicorn at ``http://host:port/path`` in the background
+        (Streamable HTTP and WebSocket on the same port); returns the running server (``.url``,
+        ``.ws_url``, ``.port``, ``.serve_forever()``, ``.close()``, ``with``). ``ssl_certfile``
+        / ``ssl_keyfile`` serve ``https``. Needs ``pip install 'acp-sync[http]'``.
+        """
+        from ..transport.http_server import HttpServer
+
+        app = self.asgi_app(
+            path=path,
+            origins=origins,
+            authenticate=authenticate,
+            max_connections=max_connections,
+            max_message_bytes=max_message_bytes,
+            idle_timeout=idle_timeout,
+            **options,
+        )
+        return HttpServer(app, host, port, ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile)

@@ -14,6 +14,7 @@ import os
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
+from http.cookiejar import CookieJar
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, Union, overload
 
 import msgspec
@@ -30,6 +31,7 @@ from .context import ClientRequestContext
 
 if TYPE_CHECKING:
     from .client import SyncClient
+    from .settings import AgentSettings
 
 StrPath = Union[str, "os.PathLike[str]"]
 
@@ -157,6 +159,21 @@ class SyncClientBuilder:
         self._transports.append(ProcessSpec(argv_t, cwd, env, inherit_env, start_new_session))
         return self
 
+    def agent_from_settings(self, settings: Mapping[str, str] | AgentSettings | None = None) -> Self:
+        """Take the transport from settings (None: ``os.environ``): ``ACP_AGENT_COMMAND`` (with
+        ``ACP_AGENT_CWD``) is spawned like :meth:`agent_process`, ``ACP_AGENT_URL`` (with
+        ``ACP_AGENT_HEADERS``, ``ACP_AGENT_TOKEN``) is opened like :meth:`connect`.
+
+        Exactly one of the two must be set; otherwise, or for a malformed value, raises
+        :class:`~acp.client.settings.AgentSettingsError` (a ``ValueError``) naming the keys.
+        Formats: :mod:`acp.client.settings`. Nothing is spawned or opened before :meth:`build`.
+        """
+        from .settings import AgentSettings
+
+        if not isinstance(settings, AgentSettings):
+            settings = AgentSettings.from_mapping(settings)
+        return settings.apply_to(self)
+
     def transport(self, transport: Transport) -> Self:
         """Talk over an existing transport (``memory_pair()``, a socket...); the client owns
         it from :meth:`build` on and closes it."""
@@ -168,20 +185,28 @@ class SyncClientBuilder:
         url: str,
         *,
         headers: Mapping[str, str] | None = None,
+        cookies: CookieJar | None = None,
         open_timeout: float | None = DEFAULT_OPEN_TIMEOUT,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         **options: Any,
     ) -> Self:
-        """Connect to a remote agent at :meth:`build`: ``ws://host:port/acp`` or ``wss://...``.
+        """Connect to a remote agent at :meth:`build`: ``ws://`` / ``wss://`` (WebSocket, needs
+        ``pip install 'acp-sync[ws]'``) or ``http://`` / ``https://`` (Streamable HTTP, needs
+        ``pip install 'acp-sync[http]'``), e.g. ``ws://127.0.0.1:8765/acp``.
 
-        ``headers`` go with the upgrade request (``Authorization``...). :meth:`build` raises
-        :class:`acp.transport.websocket.RemoteConnectionError` (a ``ConnectionClosedError``,
-        with the HTTP ``status`` when the server refused) if it cannot connect. ``options``
-        (``compression``, ``ping_interval``, ``ssl``...) are those of
-        :func:`acp.transport.websocket.connect_websocket`. Needs ``pip install 'acp-sync[ws]'``.
+        ``headers`` go with the upgrade or with every HTTP request (``Authorization``...).
+        Cookies the server or a load balancer sets are kept for the connection's lifetime;
+        ``cookies`` (a :class:`http.cookiejar.CookieJar`) supplies the jar, so reusing it on a
+        reconnect lands on the same backend. :meth:`build` raises
+        :class:`acp.transport.RemoteConnectionError` (a ``ConnectionClosedError``, with the
+        HTTP ``status`` when the server refused) if it cannot connect. ``options`` are those
+        of :func:`acp.transport.websocket.connect_websocket` (``compression``, ``ssl``...) or
+        :func:`acp.transport.http_client.connect_http` (``http2``, ``verify``...).
         """
         self._transports.append(
-            RemoteSpec(url, dict(headers) if headers else None, open_timeout, max_message_bytes, options)
+            RemoteSpec(
+                url, dict(headers) if headers else None, open_timeout, max_message_bytes, options, cookies
+            )
         )
         return self
 

@@ -344,6 +344,8 @@ class SyncClient(UnstableMethods):
                     "initialize", request, schema.InitializeResponse, timeout=timeout
                 )
             except ConnectionClosedError as exc:
+                if type(exc) is not ConnectionClosedError:  # e.g. a remote refusal, with its status
+                    raise
                 raise ConnectionClosedError(f"initialize: {self._closed_reason()}") from exc
             if response.protocol_version not in SUPPORTED_PROTOCOL_VERSIONS:
                 error = UnsupportedProtocolVersionError(request.protocol_version, response.protocol_version)

@@ -1,4 +1,5 @@
-"""Shared pieces of the remote transports (``acp.transport.websocket``, ``acp.transport.http``).
+"""Shared pieces of the remote transports (``acp.transport.websocket``,
+``acp.transport.http_client``, ``acp.transport.http_server``).
 
 Nothing here imports a third-party library: the builder imports this module to remember a URL
 and opens the connection in ``build()``, and only then is ``websockets`` (or ``httpx``) imported.
@@ -8,8 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from http.cookiejar import CookieJar
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
+
+import msgspec
 
 from ..errors import ConnectionClosedError
 from ..rpc import DEFAULT_MAX_LINE_BYTES
@@ -24,6 +28,9 @@ __all__ = [
     "DEFAULT_OPEN_TIMEOUT",
     "RemoteConnectionError",
     "RemoteSpec",
+    "cookie_header",
+    "session_id_of",
+    "store_cookies",
 ]
 
 #: The header naming one ACP connection (RFD "Streamable HTTP & WebSocket transport").
@@ -35,7 +42,7 @@ DEFAULT_MAX_MESSAGE_BYTES = DEFAULT_MAX_LINE_BYTES
 #: Seconds allowed for the TCP connect + TLS + upgrade handshake.
 DEFAULT_OPEN_TIMEOUT = 10.0
 
-_SCHEMES = {"ws": "websocket", "wss": "websocket"}
+_SCHEMES = {"ws": "websocket", "wss": "websocket", "http": "http", "https": "http"}
 
 
 class RemoteConnectionError(ConnectionClosedError):
@@ -63,6 +70,7 @@ class RemoteSpec:
     open_timeout: float | None = DEFAULT_OPEN_TIMEOUT
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     options: Mapping[str, Any] = field(default_factory=dict)
+    cookies: CookieJar | None = None
 
     def __post_init__(self) -> None:
         kind(self.url)  # fail early on a URL we cannot serve
@@ -77,21 +85,92 @@ class RemoteSpec:
             return connect_websocket(
                 self.url,
                 headers=self.headers,
+                cookies=self.cookies,
                 open_timeout=self.open_timeout,
                 max_message_bytes=self.max_message_bytes,
                 **self.options,
             )
-        raise AssertionError("unreachable")  # pragma: no cover
+        from .http_client import connect_http
+
+        return connect_http(
+            self.url,
+            headers=self.headers,
+            cookies=self.cookies,
+            open_timeout=self.open_timeout,
+            max_message_bytes=self.max_message_bytes,
+            **self.options,
+        )
 
 
 def kind(url: str) -> str:
-    """``"websocket"`` for a ``ws://`` / ``wss://`` URL; ``ValueError`` for anything else."""
+    """``"websocket"`` for a ``ws://`` / ``wss://`` URL, ``"http"`` for ``http://`` /
+    ``https://`` (Streamable HTTP); ``ValueError`` for anything else."""
     if not isinstance(url, str):
         raise TypeError(f"a URL must be a str (got {type(url).__name__})")
     parts = urlsplit(url)
     transport = _SCHEMES.get(parts.scheme.lower())
     if transport is None:
-        raise ValueError(f"unsupported URL {url!r}: use ws://host:port/acp or wss://...")
+        raise ValueError(
+            f"unsupported URL {url!r}: use ws://, wss:// (WebSocket), http:// or https:// "
+            "(Streamable HTTP), e.g. ws://127.0.0.1:8765/acp"
+        )
     if not parts.hostname:
         raise ValueError(f"URL without a host: {url!r}")
     return transport
+
+
+class _SessionRef(msgspec.Struct):
+    sessionId: Any = None  # the wire name
+
+
+_session_ref = msgspec.json.Decoder(_SessionRef)
+
+
+def session_id_of(params: bytes | msgspec.Raw) -> str | None:
+    """The ``sessionId`` member of raw JSON params (or a result), if it is a string."""
+    if not params or b'"sessionId"' not in memoryview(params).tobytes():
+        return None
+    try:
+        value = _session_ref.decode(params).sessionId
+    except (msgspec.DecodeError, RecursionError):  # not an object (ValidationError included)
+        return None
+    return value if isinstance(value, str) else None
+
+
+# Cookies (the RFD: clients keep the cookies a server sets, for the connection's lifetime, so a
+# load balancer can pin a connection to one backend). A standard-library CookieJar holds them;
+# WebSocket URLs are judged as their HTTP twins (ws -> http, wss -> https).
+
+
+def _http_url(url: str) -> str:
+    parts = urlsplit(url)
+    scheme = {"ws": "http", "wss": "https"}.get(parts.scheme.lower(), parts.scheme)
+    return parts._replace(scheme=scheme).geturl()
+
+
+def cookie_header(jar: CookieJar, url: str) -> str | None:
+    """The ``Cookie`` header ``jar`` holds for ``url``, or None."""
+    import urllib.request
+
+    request = urllib.request.Request(_http_url(url))
+    jar.add_cookie_header(request)
+    return request.get_header("Cookie")
+
+
+def store_cookies(jar: CookieJar, url: str, set_cookie: list[str]) -> None:
+    """Keep in ``jar`` the ``Set-Cookie`` values a response to ``url`` carried."""
+    if not set_cookie:
+        return
+    import email.message
+    import urllib.request
+
+    request = urllib.request.Request(_http_url(url))
+    headers = email.message.Message()
+    for value in set_cookie:
+        headers["Set-Cookie"] = value
+
+    class _Response:
+        def info(self) -> email.message.Message:
+            return headers
+
+    jar.extract_cookies(_Response(), request)  # type: ignore[arg-type]

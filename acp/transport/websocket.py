@@ -31,9 +31,9 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
+from http.cookiejar import CookieJar
 from types import TracebackType
-from typing import TYPE_CHECKING, Protocol, Union
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING
 
 from websockets.exceptions import ConnectionClosed, InvalidStatus, InvalidURI
 from websockets.protocol import State
@@ -49,32 +49,23 @@ from ._remote import (
     DEFAULT_MAX_MESSAGE_BYTES,
     DEFAULT_OPEN_TIMEOUT,
     RemoteConnectionError,
+    cookie_header,
+    store_cookies,
 )
-from .base import READ_CHUNK, Transport
+from ._serving import (
+    Authenticator,
+    ConnectionServer,
+    OriginPolicy,
+    RefuseConnection,
+    ServedConnection,
+    check_auth,
+)
+from .base import READ_CHUNK
 
 if TYPE_CHECKING:
     import ssl as ssl_module
 
     from websockets.http11 import Request, Response
-
-
-class ServedConnection(Protocol):
-    """What the server needs of one served connection (``acp.agent.AgentConnection`` is one).
-    Declared here so this transport layer never depends on the agent layer above it."""
-
-    name: str
-
-    def wait_closed(self, timeout: float | None = None) -> bool: ...
-
-    def cancel_turns(self) -> None: ...
-
-    def close(self, graceful: bool = False, timeout: float | None = 5.0) -> None: ...
-
-
-class ConnectionServer(Protocol):
-    """Something that serves a connection over a transport (``acp.SyncAgent`` is one)."""
-
-    def connect(self, transport: Transport) -> ServedConnection: ...
 
 
 __all__ = [
@@ -100,8 +91,6 @@ _SEND_BYTES_AS_TEXT = "text" in inspect.signature(_WsConnection.send).parameters
 _CONNECT_LEGACY: dict[str, bool] = (
     {"legacy": True} if "legacy" in inspect.signature(_ws_connect).parameters else {}
 )
-
-_LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 
 DEFAULT_MAX_CONNECTIONS = 1024
 DEFAULT_PING_INTERVAL = 20.0
@@ -305,6 +294,7 @@ def connect_websocket(
     url: str,
     *,
     headers: Mapping[str, str] | Iterable[tuple[str, str]] | None = None,
+    cookies: CookieJar | None = None,
     open_timeout: float | None = DEFAULT_OPEN_TIMEOUT,
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     compression: bool = False,
@@ -315,13 +305,21 @@ def connect_websocket(
     """Open a WebSocket to an ACP agent; return the transport for ``SyncClient`` (or a raw
     ``Connection``).
 
-    ``headers`` are sent with the upgrade request (``Authorization``...). Raises
+    ``headers`` are sent with the upgrade request (``Authorization``...). ``cookies``: a
+    :class:`http.cookiejar.CookieJar` whose cookies for this URL go with the upgrade and which
+    keeps the ones the server (or a load balancer in front of it) sets; pass the same jar when
+    reconnecting to land on the same backend. Raises
     :class:`RemoteConnectionError` when the server is unreachable or refuses the upgrade (its
     ``status`` is then the HTTP status, e.g. 401 or 403), ``ValueError`` for a malformed URL.
     ``compression`` offers permessage-deflate (worth it on slow links; it costs CPU and about
     100 KiB per connection). Keepalive pings every ``ping_interval`` seconds detect a dead peer.
     """
     open_ws: Callable[..., ClientConnection] = _ws_connect  # legacy=True: the connection itself
+    if cookies is not None:
+        cookie = cookie_header(cookies, url)
+        if cookie:
+            extra = list(headers.items()) if isinstance(headers, Mapping) else list(headers or ())
+            headers = [*extra, ("Cookie", cookie)]
     try:
         ws = open_ws(
             url,
@@ -351,27 +349,13 @@ def connect_websocket(
         raise RemoteConnectionError(url, f"{type(exc).__name__}: {exc}") from exc
     response = ws.response
     connection_id = response.headers.get(CONNECTION_ID_HEADER) if response is not None else None
+    if cookies is not None and response is not None:
+        store_cookies(cookies, url, response.headers.get_all("Set-Cookie"))
     _log.debug("connected to %s (connection id %s)", url, connection_id)
     return WebSocketTransport(ws, description=f"websocket {url}", connection_id=connection_id)
 
 
 # ------------------------------------------------------------------------------------ server
-
-
-class RefuseConnection(Exception):
-    """Raised by an ``authenticate`` callback to refuse the upgrade with ``status``
-    (default 401) and a short plain-text ``message`` for the client."""
-
-    def __init__(self, status: int = 401, message: str = "") -> None:
-        self.status = int(status)
-        self.message = message or http.HTTPStatus(self.status).phrase
-        super().__init__(f"{self.status} {self.message}")
-
-
-Authenticator = Callable[[Mapping[str, str]], Union[None, bool, int]]
-"""``authenticate(headers)``: the upgrade request's headers (case-insensitive). Return None
-(or True) to accept; return False (401) or an HTTP status to refuse; or raise
-:class:`RefuseConnection`. Any other exception refuses with 500 (and is logged)."""
 
 
 class WebSocketServer:
@@ -414,7 +398,7 @@ class WebSocketServer:
             raise ValueError("idle_timeout must be positive or None")
         self._agent = agent
         self._path = path
-        self._origins = None if origins is None else frozenset(o.lower().rstrip("/") for o in origins)
+        self._origins = OriginPolicy(origins)
         self._authenticate = authenticate
         self._max_connections = max_connections
         self._idle_timeout = idle_timeout
@@ -535,43 +519,17 @@ class WebSocketServer:
         if self._path is not None and request.path.split("?", 1)[0] != self._path:
             return _refuse(conn, 404, "Not Found: the ACP endpoint is " + self._path)
         origin = request.headers.get("Origin")
-        if origin is not None and not self._origin_allowed(origin):
+        if not self._origins.allows(origin):
             _log.warning("refused a WebSocket from origin %r", origin)
             return _refuse(conn, 403, "Forbidden: origin not allowed")
         if self._authenticate is not None:
-            status = self._check_auth(request)
+            status = check_auth(self._authenticate, request.headers)
             if status is not None:
                 return _refuse(conn, status[0], status[1])
         with self._lock:
             if self._closing:
                 return _refuse(conn, 503, "Service Unavailable: the server is closing")
         return None
-
-    def _check_auth(self, request: Request) -> tuple[int, str] | None:
-        assert self._authenticate is not None
-        try:
-            verdict = self._authenticate(request.headers)
-        except RefuseConnection as exc:
-            return exc.status, exc.message
-        except Exception:
-            _log.exception("authenticate failed; refusing the connection")
-            return 500, "Internal Server Error"
-        if verdict is None or verdict is True:
-            return None
-        status = 401 if verdict is False else int(verdict)
-        if not 400 <= status <= 599:
-            _log.error("authenticate returned %r; refusing with 500", verdict)
-            status = 500
-        return status, http.HTTPStatus(status).phrase
-
-    def _origin_allowed(self, origin: str) -> bool:
-        normalized = origin.lower().rstrip("/")
-        if self._origins is None:
-            # Default: only pages served from this machine. Browsers always send Origin, so
-            # this stops a web page elsewhere from driving a local agent; non-browser clients
-            # send none and are judged by `authenticate`.
-            return urlsplit(normalized).hostname in _LOOPBACK_HOSTS
-        return "*" in self._origins or normalized in self._origins
 
     def _process_response(
         self, conn: ServerConnection, request: Request, response: Response

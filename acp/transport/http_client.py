@@ -1,0 +1,452 @@
+"""ACP over Streamable HTTP, the client side, on ``httpx``'s sync client.
+
+Install the extra: ``pip install 'acp-sync[http]'``. Importing :mod:`acp` never imports ``httpx``;
+this module does, when it is imported.
+
+The wire (RFD "Streamable HTTP & WebSocket transport"), one endpoint (``/acp``):
+
+- every message the client sends is one ``POST`` with a JSON body. ``initialize`` is answered
+  ``200`` with the JSON-RPC answer as the body and an ``Acp-Connection-Id`` header; every later
+  ``POST`` carries that header (and ``Acp-Session-Id`` when the message names a session) and is
+  answered ``202`` at once;
+- everything the agent sends (answers, notifications, its own requests) arrives on one
+  long-lived ``GET`` stream of server-sent events, opened right after ``initialize``;
+- ``DELETE`` ends the connection.
+
+The connection engine speaks newline-delimited lines, so :class:`HttpTransport` adapts: each line
+written becomes one ``POST`` (in order: a ``POST`` returns before the next is sent, so the agent
+reads the messages in the order they were written), and each event read from the stream becomes
+one line. Cookies the server or a load balancer sets are kept for the connection's lifetime and
+sent back on every request (the RFD requires it; it is how sticky sessions work).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import socket
+import threading
+from collections.abc import Mapping
+from http.cookiejar import CookieJar
+from typing import TYPE_CHECKING
+
+import httpx
+
+from ..errors import INTERNAL_ERROR, ConnectionClosedError
+from ..rpc import messages as rpc
+from ._remote import (
+    CONNECTION_ID_HEADER,
+    DEFAULT_MAX_MESSAGE_BYTES,
+    DEFAULT_OPEN_TIMEOUT,
+    SESSION_ID_HEADER,
+    RemoteConnectionError,
+    session_id_of,
+)
+from .base import READ_CHUNK
+
+if TYPE_CHECKING:
+    import ssl as ssl_module
+
+__all__ = ["DEFAULT_REQUEST_TIMEOUT", "HttpTransport", "SseParser", "connect_http"]
+
+_log = logging.getLogger("acp.transport.http")
+
+#: Seconds one POST may take (the server answers 202 at once; this bounds a stuck server).
+DEFAULT_REQUEST_TIMEOUT = 30.0
+#: Seconds of silence on the event stream before the server is taken for dead (servers send a
+#: keep-alive comment every 15 s).
+DEFAULT_STREAM_TIMEOUT = 120.0
+
+_JSON = "application/json"
+_SSE = "text/event-stream"
+_INITIALIZE = "initialize"
+_EOF = b""
+
+
+class SseParser:
+    """Incremental parser of a ``text/event-stream`` body: bytes in, one JSON line per event out.
+
+    Only ``data:`` fields matter (several in one event are joined, as the SSE standard says);
+    comments (keep-alives), ``event:``, ``id:`` and ``retry:`` are skipped. A line break inside
+    the data of one event is read as a space, so the engine sees one message per line.
+    """
+
+    def __init__(self, max_event_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
+        self._max = max_event_bytes
+        self._tail = b""
+        self._data: list[bytes] = []
+        self._size = 0
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        """Parse ``chunk``; return the events it completed, each a ``\\n``-terminated line.
+
+        Raises ``ValueError`` when one event grows past ``max_event_bytes``.
+        """
+        buf = self._tail + chunk if self._tail else chunk
+        lines = buf.split(b"\n")
+        self._tail = lines.pop()
+        if len(self._tail) > self._max:
+            raise ValueError(f"an event of more than {self._max} bytes")
+        out: list[bytes] = []
+        data = self._data
+        for line in lines:
+            if line.endswith(b"\r"):
+                line = line[:-1]
+            if not line:  # a blank line ends the event
+                if data:
+                    out.append(b" ".join(data) + b"\n")
+                    data.clear()
+                    self._size = 0
+                continue
+            if line.startswith(b"data:"):
+                value = line[6:] if line[5:6] == b" " else line[5:]
+                self._size += len(value)
+                if self._size > self._max:
+                    raise ValueError(f"an event of more than {self._max} bytes")
+                data.append(value)
+            # ":" comments and the other fields are not ACP's business
+        return out
+
+
+class HttpTransport:
+    """A :class:`~acp.transport.Transport` over Streamable HTTP (see the module docstring).
+
+    Made by :func:`connect_http` (or ``SyncClient.builder().connect("http://...")``).
+    ``connection_id`` is None until ``initialize`` was answered.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        client: httpx.Client,
+        *,
+        request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT,
+        stream_timeout: float | None = DEFAULT_STREAM_TIMEOUT,
+        open_timeout: float | None = DEFAULT_OPEN_TIMEOUT,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    ) -> None:
+        self._url = url
+        self._client = client
+        self._post_timeout = httpx.Timeout(request_timeout, connect=open_timeout)
+        self._stream_timeout = httpx.Timeout(stream_timeout, connect=open_timeout)
+        self._max = max_message_bytes
+        self._description = f"http {url}"
+        self.connection_id: str | None = None
+        """The ``Acp-Connection-Id`` the server gave at ``initialize`` (None before)."""
+        self._inbound: queue.SimpleQueue[bytes] = queue.SimpleQueue()
+        self._eof = False  # read() saw the end
+        self._lock = threading.Lock()
+        self._closed = False
+        self._write_closed = False
+        self._deleted = False
+        self._reader: threading.Thread | None = None
+        self._stream_socket: socket.socket | None = None
+
+    # -- Transport ---------------------------------------------------------------------------
+
+    @property
+    def description(self) -> str:
+        """A short name for logs, e.g. ``"http http://127.0.0.1:8765/acp"``."""
+        return self._description
+
+    @property
+    def url(self) -> str:
+        """The endpoint."""
+        return self._url
+
+    @property
+    def cookies(self) -> httpx.Cookies:
+        """The cookies kept for this connection."""
+        return self._client.cookies
+
+    def read(self) -> bytes:
+        """Block until the agent sent something; ``b""`` once the connection ended."""
+        if self._eof:
+            return _EOF
+        item = self._inbound.get()
+        if item is _EOF or not item:
+            self._eof = True
+            return _EOF
+        parts = [item]
+        size = len(item)
+        while size < READ_CHUNK:  # whatever else is queued goes with it: one engine wake-up
+            try:
+                more = self._inbound.get_nowait()
+            except queue.Empty:
+                break
+            if not more:
+                self._inbound.put(_EOF)  # seen by the next read()
+                break
+            parts.append(more)
+            size += len(more)
+        return b"".join(parts) if len(parts) > 1 else item
+
+    def write(self, data: bytes) -> None:
+        """POST each line of ``data``, in order.
+
+        Raises :class:`RemoteConnectionError` when ``initialize`` cannot be delivered (the
+        server is unreachable or refused it, with its HTTP ``status``), and
+        :class:`~acp.errors.ConnectionClosedError` once the connection is closed or lost.
+        A request the server refuses (4xx/5xx) is answered locally with a JSON-RPC error that
+        carries the HTTP status, so its caller gets a ``RequestError`` instead of waiting.
+        """
+        if self._write_closed or self._closed:
+            raise ConnectionClosedError(f"{self._description}: transport is closed")
+        for line in bytes(data).split(b"\n"):
+            if line and not line.isspace():
+                self._post(line)
+
+    def close_write(self) -> None:
+        """End the connection (``DELETE``): the server closes it, answers what it can, and
+        ends the event stream, so :meth:`read` returns ``b""``. Idempotent."""
+        with self._lock:
+            if self._write_closed:
+                return
+            self._write_closed = True
+        self._delete()
+        if self.connection_id is None:
+            self._inbound.put(_EOF)  # no stream was ever opened: nothing else will end reads
+
+    def close(self) -> None:
+        """``DELETE`` the connection (if not yet), stop the event stream, release the HTTP
+        client. A :meth:`read` blocked in another thread returns ``b""``; idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._write_closed = True
+        self._delete()
+        reader = self._reader
+        if reader is not None and reader is not threading.current_thread():
+            reader.join(2.0)  # the server ends the stream after DELETE
+            if reader.is_alive():
+                self._shutdown_stream()  # unreachable server: cut the socket under the read
+                reader.join()
+        self._client.close()
+        self._inbound.put(_EOF)
+        _log.debug("%s: closed", self._description)
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _post(self, line: bytes) -> None:
+        decoded = rpc.decode_line(line)  # our own encoding: one message, never a batch
+        msg = decoded[0] if isinstance(decoded, list) else decoded
+        initialize = self.connection_id is None
+        headers = {"Content-Type": _JSON, "Accept": _JSON}
+        if not initialize:
+            assert self.connection_id is not None
+            headers[CONNECTION_ID_HEADER] = self.connection_id
+        if isinstance(msg, (rpc.Request, rpc.Notification)):
+            session_id = session_id_of(msg.params)
+            if session_id is not None:
+                headers[SESSION_ID_HEADER] = session_id
+        if _log.isEnabledFor(logging.DEBUG):
+            _log.debug("%s > %r", self._description, line[:2000])
+        try:
+            response = self._client.post(self._url, content=line, headers=headers, timeout=self._post_timeout)
+        except httpx.HTTPError as exc:
+            reason = str(exc) or type(exc).__name__
+            if initialize:
+                self._end()
+                raise RemoteConnectionError(self._url, reason) from exc
+            self._lost(reason)
+            raise ConnectionClosedError(f"{self._description}: {reason}") from exc
+        status = response.status_code
+        if initialize:
+            self._on_initialize_answer(msg, response)
+        elif status == 404:
+            # The server no longer knows this connection (restarted, or reaped it as idle).
+            self._lost("the server does not know this connection (HTTP 404)")
+            raise ConnectionClosedError(f"{self._description}: connection unknown to the server (HTTP 404)")
+        elif 200 <= status < 300:
+            body = response.content
+            if body.strip():  # a server that answers inline: read it like the stream
+                self._inbound.put(body if body.endswith(b"\n") else body + b"\n")
+        else:
+            self._refused(msg, response)
+
+    def _on_initialize_answer(self, msg: rpc.Message, response: httpx.Response) -> None:
+        status = response.status_code
+        if status != 200:
+            self._end()
+            raise RemoteConnectionError(self._url, _reason(response), status)
+        body = response.content.strip()
+        connection_id = response.headers.get(CONNECTION_ID_HEADER)
+        if not connection_id:
+            if isinstance(msg, rpc.Request) and msg.method == _INITIALIZE and body:
+                # An error answer to initialize: no connection was made. The caller reads it.
+                self._inbound.put(body + b"\n")
+                self._inbound.put(_EOF)
+                return
+            self._end()
+            raise RemoteConnectionError(self._url, f"the answer to {_method(msg)} has no {CONNECTION_ID_HEADER} header", 200)
+        self.connection_id = connection_id
+        self._description = f"http {self._url} ({connection_id})"
+        _log.debug("%s: connected", self._description)
+        if body:
+            self._inbound.put(body + b"\n")
+        self._reader = threading.Thread(
+            target=self._read_stream, name=f"acp-http-stream-{connection_id[:8]}", daemon=True
+        )
+        self._reader.start()
+
+    def _refused(self, msg: rpc.Message, response: httpx.Response) -> None:
+        reason = _reason(response)
+        _log.warning("%s: %s refused: %s", self._description, _method(msg), reason)
+        if isinstance(msg, rpc.Request):
+            answer = rpc.Encoder().error(
+                msg.id, INTERNAL_ERROR, f"the server refused {msg.method}: {reason}",
+                {"httpStatus": response.status_code},
+            )
+            self._inbound.put(answer)
+
+    def _read_stream(self) -> None:
+        """The event stream's thread: parse events into lines for :meth:`read`."""
+        headers = {"Accept": _SSE}
+        assert self.connection_id is not None
+        headers[CONNECTION_ID_HEADER] = self.connection_id
+        parser = SseParser(self._max)
+        try:
+            with self._client.stream("GET", self._url, headers=headers, timeout=self._stream_timeout) as response:
+                if response.status_code != 200:
+                    _log.error("%s: the event stream was refused: %s", self._description, _reason(response, read=True))
+                    return
+                stream = response.extensions.get("network_stream")
+                if stream is not None:
+                    self._stream_socket = stream.get_extra_info("socket")
+                if self._closed:
+                    return
+                for chunk in response.iter_bytes():
+                    events = parser.feed(chunk)
+                    if events:
+                        if _log.isEnabledFor(logging.DEBUG):
+                            for event in events:
+                                _log.debug("%s < %r", self._description, event[:2000])
+                        self._inbound.put(b"".join(events))
+            _log.debug("%s: the server ended the event stream", self._description)
+        except (httpx.HTTPError, OSError, ValueError) as exc:
+            if not self._closed:
+                _log.warning("%s: event stream lost: %s", self._description, str(exc) or type(exc).__name__)
+        finally:
+            self._inbound.put(_EOF)
+
+    def _delete(self) -> None:
+        with self._lock:
+            if self._deleted or self.connection_id is None:
+                return
+            self._deleted = True
+        try:
+            self._client.delete(
+                self._url, headers={CONNECTION_ID_HEADER: self.connection_id}, timeout=self._post_timeout
+            )
+        except httpx.HTTPError as exc:
+            _log.debug("%s: DELETE failed: %r", self._description, exc)
+
+    def _lost(self, reason: str) -> None:
+        _log.warning("%s: connection lost: %s", self._description, reason)
+        with self._lock:
+            self._write_closed = True
+            self._deleted = True  # nothing to delete on the server any more
+        self._shutdown_stream()
+        self._inbound.put(_EOF)
+
+    def _end(self) -> None:
+        with self._lock:
+            self._write_closed = True
+        self._inbound.put(_EOF)
+
+    def _shutdown_stream(self) -> None:
+        sock = self._stream_socket
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def __repr__(self) -> str:
+        return f"<HttpTransport {self._description}{' closed' if self._closed else ''}>"
+
+
+def _method(msg: rpc.Message) -> str:
+    if isinstance(msg, (rpc.Request, rpc.Notification)):
+        return msg.method
+    return "an answer"
+
+
+def _reason(response: httpx.Response, read: bool = False) -> str:
+    if read:
+        try:
+            response.read()
+        except httpx.HTTPError:
+            pass
+    reason = f"HTTP {response.status_code} {response.reason_phrase}".rstrip()
+    try:
+        body = response.content.decode("utf-8", "replace").strip()
+    except httpx.ResponseNotRead:
+        body = ""
+    if body:
+        reason += f": {body[:200]}"
+    return reason
+
+
+def connect_http(
+    url: str,
+    *,
+    headers: Mapping[str, str] | None = None,
+    cookies: CookieJar | None = None,
+    open_timeout: float | None = DEFAULT_OPEN_TIMEOUT,
+    request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT,
+    stream_timeout: float | None = DEFAULT_STREAM_TIMEOUT,
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    http2: bool = False,
+    verify: bool | str | ssl_module.SSLContext = True,
+    check: bool = True,
+) -> HttpTransport:
+    """Open a Streamable HTTP connection to an ACP agent at ``url`` (``http(s)://host:port/acp``).
+
+    ``headers`` go with every request (``Authorization``...). ``cookies``: a
+    :class:`http.cookiejar.CookieJar` to use (and fill) for this connection; pass the same jar
+    when reconnecting to land on the same backend behind a sticky load balancer. ``http2``:
+    speak HTTP/2 (the RFD asks for it; needs ``pip install 'httpx[http2]'``): negotiated by ALPN
+    over ``https``, with prior knowledge over plain ``http``. ``verify``: TLS verification (a CA
+    bundle path or an ``ssl.SSLContext``). ``check``: probe the endpoint now, so an unreachable
+    server, a wrong path or a refused credential raises :class:`RemoteConnectionError` here
+    rather than at ``initialize``.
+    """
+    base_headers = {"User-Agent": "acp-sync"}
+    base_headers.update(headers or {})
+    client = httpx.Client(
+        headers=base_headers,
+        cookies=cookies,
+        http1=not (http2 and url.lower().startswith("http:")),
+        http2=http2,
+        verify=verify,
+        timeout=httpx.Timeout(request_timeout, connect=open_timeout),
+        follow_redirects=False,
+    )
+    try:
+        if check:
+            _probe(client, url, open_timeout)
+    except BaseException:
+        client.close()
+        raise
+    return HttpTransport(
+        url,
+        client,
+        request_timeout=request_timeout,
+        stream_timeout=stream_timeout,
+        open_timeout=open_timeout,
+        max_message_bytes=max_message_bytes,
+    )
+
+
+def _probe(client: httpx.Client, url: str, timeout: float | None) -> None:
+    # A GET without a connection id: an ACP endpoint answers 400 (RFD); a refused credential
+    # gives 401/403, a wrong path 404, an overloaded server 503. Cookies it sets are kept.
+    try:
+        response = client.get(url, headers={"Accept": _SSE}, timeout=timeout)
+    except httpx.HTTPError as exc:
+        raise RemoteConnectionError(url, str(exc) or type(exc).__name__) from exc
+    status = response.status_code
+    if status in (401, 403, 404, 407) or status >= 500:
+        raise RemoteConnectionError(url, _reason(response), status)
