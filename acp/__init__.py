@@ -37,6 +37,8 @@ _LAZY: dict[str, str] = {
     "LocalFiles": "acp.client",
     "LocalTerminals": "acp.client",
     "PermissionPolicy": "acp.client",
+    "AgentSettings": "acp.client",
+    "AgentSettingsError": "acp.client",
 }
 
 if TYPE_CHECKING:
@@ -51,6 +53,8 @@ if TYPE_CHECKING:
     )
     from .capabilities import NegotiatedCapabilities
     from .client import (
+        AgentSettings,
+        AgentSettingsError,
         ClientRequestContext,
         LocalFiles,
         LocalTerminals,
@@ -110,4 +114,6 @@ __all__ = [  # spelled out for linters; tests check it matches _LAZY
     "LocalFiles",
     "LocalTerminals",
     "PermissionPolicy",
+    "AgentSettings",
+    "AgentSettingsError",
 ]

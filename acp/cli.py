@@ -9,14 +9,19 @@ Subcommands:
     temporary folder (:class:`~acp.client.LocalFiles`), a command run in a terminal
     (:class:`~acp.client.LocalTerminals`) and a form elicitation. No network, no dependencies.
 
-``acp chat [--record FILE] [--cwd DIR] [-- AGENT COMMAND...]``
+``acp chat [--record FILE] [--cwd DIR] [--url URL | -- AGENT COMMAND...]``
     An interactive terminal client for any ACP agent (the bundled echo agent by default).
     Ctrl-C during a turn sends ``session/cancel`` (a second one quits); ``/quit`` or end of
     input exits; ``/help`` lists the other commands.
 
-``acp check [--cancel-prompt TEXT] [--timeout S] -- AGENT COMMAND...``
-    A conformance check of any agent over stdio (see :mod:`acp.conformance`); exits 0 only
-    when the agent conforms.
+``acp check [--cancel-prompt TEXT] [--timeout S] [--url URL | -- AGENT COMMAND...]``
+    A conformance check of any agent (see :mod:`acp.conformance`); exits 0 only when the agent
+    conforms.
+
+Both take the agent from the environment (:mod:`acp.client.settings`: ``ACP_AGENT_COMMAND`` or
+``ACP_AGENT_URL``...) when neither ``--url`` nor a command is given. ``--url`` still takes
+``ACP_AGENT_HEADERS`` / ``ACP_AGENT_TOKEN`` from the environment (a token is better kept off
+the command line); an explicit command ignores the environment.
 """
 
 from __future__ import annotations
@@ -29,10 +34,13 @@ import queue
 import sys
 import tempfile
 import threading
-from collections.abc import Sequence
-from typing import IO, Any
+from collections.abc import Mapping, Sequence
+from typing import IO, TYPE_CHECKING, Any, Union
 
 from . import __version__, schema
+
+if TYPE_CHECKING:
+    from .client.settings import AgentSettings
 
 __all__ = ["main", "TurnPrinter", "run_demo", "run_chat", "run_check"]
 
@@ -373,21 +381,28 @@ _CHAT_HELP = """commands:
 anything else is sent to the agent as a prompt; Ctrl-C during a turn cancels it."""
 
 
-def run_chat(agent_argv: Sequence[str], *, record: str | None, cwd: str, out: IO[str]) -> int:
-    """``acp chat``: an interactive client for the agent ``agent_argv``; the exit status."""
+def run_chat(
+    agent_argv: Union[Sequence[str], AgentSettings], *, record: str | None, cwd: str, out: IO[str]
+) -> int:
+    """``acp chat``: an interactive client for the agent ``agent_argv`` (a command, or
+    :class:`~acp.client.settings.AgentSettings`); the exit status."""
     import acp
 
+    settings = _as_settings(agent_argv)
     console = _Console(out)
     printer = TurnPrinter(out)
     policy = acp.PermissionPolicy(ask=console.ask_permission)
     files = acp.LocalFiles([cwd])
     with acp.LocalTerminals(allowed_cwd_roots=[cwd]) as terminals:
+        # A spawned agent gets a session of its own: the terminal's Ctrl-C reaches only us,
+        # and we turn it into session/cancel.
+        try:
+            builder = settings.apply_to(acp.SyncClient.builder(), start_new_session=True)
+        except ValueError as exc:  # a URL this installation cannot open
+            out.write(f"acp chat: {exc}\n")
+            return 2
         builder = (
-            acp.SyncClient.builder()
-            # A session of its own: the terminal's Ctrl-C reaches only us, and we turn it
-            # into session/cancel.
-            .agent_process(*agent_argv, start_new_session=True)
-            .client_info("acp-chat", __version__)
+            builder.client_info("acp-chat", __version__)
             .session_update_handler(printer)
             .request_permission_handler(policy)
             .read_text_file_handler(files.read_text_file)
@@ -401,6 +416,9 @@ def run_chat(agent_argv: Sequence[str], *, record: str | None, cwd: str, out: IO
         except FileNotFoundError as exc:
             out.write(f"acp chat: {exc}\n")
             return 127
+        except (acp.ConnectionClosedError, ImportError) as exc:  # unreachable, refused, no extra
+            out.write(f"acp chat: {exc}\n")
+            return 1
         with client:
             try:
                 init = client.initialize()
@@ -412,7 +430,7 @@ def run_chat(agent_argv: Sequence[str], *, record: str | None, cwd: str, out: IO
                 out.write(f"acp chat: the agent failed to start a session: {exc}{exited}\n")
                 return 1
             info = init.agent_info
-            name = f"{info.name} {info.version}" if info else " ".join(agent_argv)
+            name = f"{info.name} {info.version}" if info else settings.describe()
             out.write(f"connected to {name}; session {session.session_id} in {cwd}\n")
             out.write("type a prompt, /help for commands, /quit to leave\n")
             out.flush()
@@ -507,19 +525,62 @@ def _chat_turn(client: Any, session_id: str, text: str, console: _Console, print
 
 
 def run_check(
-    agent_argv: Sequence[str], *, cancel_prompt: str | None, prompt: str, timeout: float, out: IO[str]
+    agent_argv: Union[Sequence[str], AgentSettings],
+    *,
+    cancel_prompt: str | None,
+    prompt: str,
+    timeout: float,
+    out: IO[str],
 ) -> int:
-    """``acp check``: print each check as it runs and the verdict; 0 only if the agent conforms."""
-    import shlex
-
+    """``acp check``: print each check as it runs and the verdict; 0 only if the agent conforms.
+    The agent is a command, or :class:`~acp.client.settings.AgentSettings`."""
     from .conformance import run_checks
 
-    out.write(f"acp check: {shlex.join(agent_argv)}\n")
+    settings = _as_settings(agent_argv)
+    out.write(f"acp check: {settings.describe()}\n")
     out.flush()
-    report = run_checks(agent_argv, cancel_prompt=cancel_prompt, prompt=prompt, timeout=timeout, out=out)
+    report = run_checks(settings, cancel_prompt=cancel_prompt, prompt=prompt, timeout=timeout, out=out)
     out.write(report.verdict() + "\n")
     out.flush()
     return 0 if report.conforming else 1
+
+
+# ---------------------------------------------------------------------------------- agent
+
+
+def _as_settings(agent: Union[Sequence[str], AgentSettings]) -> AgentSettings:
+    from .client.settings import AgentSettings
+
+    return agent if isinstance(agent, AgentSettings) else AgentSettings(command=tuple(agent))
+
+
+def _url_arg(text: str) -> str:
+    """argparse ``type`` of ``--url``: the same check as ``ACP_AGENT_URL``."""
+    from .client.settings import _check_url
+
+    try:
+        return _check_url(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _agent_settings(
+    command: list[str], url: str | None, env: Mapping[str, str]
+) -> AgentSettings | None:
+    """The agent of ``acp chat`` / ``acp check``: the command after ``--``, else ``--url`` (with
+    the environment's headers and token), else the environment's settings; None when the
+    environment sets no ``ACP_AGENT_*`` key at all. Raises ``AgentSettingsError``."""
+    from .client import settings as keys
+
+    if command:
+        return keys.AgentSettings(command=tuple(command))
+    if url is not None:
+        chosen = {k: v for k, v in env.items() if k in (keys.ACP_AGENT_HEADERS, keys.ACP_AGENT_TOKEN)}
+        chosen[keys.ACP_AGENT_URL] = url
+        return keys.AgentSettings.from_mapping(chosen)
+    if not any(env.get(k, "").strip() for k in keys.SETTINGS_KEYS):
+        return None
+    return keys.AgentSettings.from_mapping(env)
 
 
 # ---------------------------------------------------------------------------------- main
@@ -533,12 +594,25 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="count", default=0, help="log more (-vv: debug)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.add_parser("demo", help="drive the bundled scenario agent through one full turn")
+    env_note = (
+        "Without --url or a command, the agent comes from the environment: ACP_AGENT_COMMAND "
+        "(and ACP_AGENT_CWD) or ACP_AGENT_URL (and ACP_AGENT_HEADERS, ACP_AGENT_TOKEN)."
+    )
     chat = sub.add_parser(
-        "chat", help="chat with an agent: acp chat [options] [-- AGENT COMMAND...] (default: the echo agent)"
+        "chat",
+        help="chat with an agent: acp chat [options] [--url URL | -- AGENT COMMAND...] (default: the echo agent)",
+        description="An interactive client for any ACP agent. " + env_note
+        + " Without any of them: the bundled echo agent.",
     )
     chat.add_argument("--record", metavar="FILE", help="append the wire transcript to FILE (JSONL)")
     chat.add_argument("--cwd", metavar="DIR", help="the session folder (default: the current folder)")
-    check = sub.add_parser("check", help="check an agent's conformance: acp check [options] -- AGENT COMMAND...")
+    chat.add_argument("--url", metavar="URL", type=_url_arg, help="a remote agent (ws://, wss://, http://, https://)")
+    check = sub.add_parser(
+        "check",
+        help="check an agent's conformance: acp check [options] [--url URL | -- AGENT COMMAND...]",
+        description="A conformance check of any ACP agent. " + env_note,
+    )
+    check.add_argument("--url", metavar="URL", type=_url_arg, help="a remote agent (ws://, wss://, http://, https://)")
     check.add_argument("--cancel-prompt", metavar="TEXT", help="a prompt that keeps the agent busy (cancel checks)")
     check.add_argument("--prompt", metavar="TEXT", default="hello", help="the text of ordinary prompts")
     check.add_argument("--timeout", metavar="S", type=float, default=10.0, help="seconds to wait per answer")
@@ -571,15 +645,28 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace, agent: list[
         if agent:
             parser.error("demo takes no agent command")
         return run_demo(out)
+    settings: AgentSettings | None = None
+    if args.command in ("chat", "check"):
+        from .client.settings import AgentSettingsError
+
+        if agent and args.url is not None:
+            parser.error(f"{args.command}: give --url or an agent command after --, not both")
+        try:
+            settings = _agent_settings(agent, args.url, os.environ)
+        except AgentSettingsError as exc:
+            parser.error(f"{args.command}: {exc}")
     if args.command == "chat":
         cwd = os.path.realpath(args.cwd or os.getcwd())
-        command = agent or [sys.executable, "-m", "acp.examples.echo_agent"]
-        return run_chat(command, record=args.record, cwd=cwd, out=out)
+        chosen = settings or [sys.executable, "-m", "acp.examples.echo_agent"]
+        return run_chat(chosen, record=args.record, cwd=cwd, out=out)
     if args.command == "check":
-        if not agent:
-            parser.error("check needs the agent's command after --, e.g. acp check -- my-agent --stdio")
+        if settings is None:
+            parser.error(
+                "check needs the agent's command after --, e.g. acp check -- my-agent --stdio "
+                "(or --url URL, or ACP_AGENT_COMMAND / ACP_AGENT_URL in the environment)"
+            )
         return run_check(
-            agent, cancel_prompt=args.cancel_prompt, prompt=args.prompt, timeout=args.timeout, out=out
+            settings, cancel_prompt=args.cancel_prompt, prompt=args.prompt, timeout=args.timeout, out=out
         )
     parser.print_help()
     return 2

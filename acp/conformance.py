@@ -1,6 +1,7 @@
-"""``acp check``: a conformance check of any ACP agent over stdio.
+"""``acp check``: a conformance check of any ACP agent, spawned (stdio) or remote (a URL).
 
-The checker spawns the agent (:class:`~acp.transport.ProcessTransport`) and talks to it as a
+The checker spawns the agent (:class:`~acp.transport.ProcessTransport`), or connects to it when
+given an :class:`~acp.client.settings.AgentSettings` with a URL, and talks to it as a
 deliberately minimal client: it writes raw JSON-RPC lines (so that it can send string ids,
 garbage, batches and huge messages) and reads every line the agent writes through the SDK's
 sans-I/O layer (:mod:`acp.rpc`). Every message the agent sends is checked against the schema
@@ -31,13 +32,17 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import IO, Any, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal, Union
 
 import msgspec
 
 from . import rpc, schema
-from .errors import METHOD_NOT_FOUND, PARSE_ERROR
+from .errors import METHOD_NOT_FOUND, PARSE_ERROR, ConnectionClosedError
 from .transport import ProcessTransport
+from .transport.base import Transport
+
+if TYPE_CHECKING:
+    from .client.settings import AgentSettings
 
 __all__ = ["run_checks", "CheckResult", "Report", "Status", "DEFAULT_TIMEOUT", "LARGE_PROMPT_BYTES"]
 
@@ -169,10 +174,10 @@ class _Peer:
     entirely up to the caller.
     """
 
-    def __init__(self, argv: Sequence[str], validator: _Validator, name: str) -> None:
+    def __init__(self, transport: Transport, validator: _Validator, name: str) -> None:
         self.name = name
         self.validator = validator
-        self.transport = ProcessTransport(list(argv))
+        self.transport = transport
         self._encoder = rpc.Encoder()
         self._write_lock = threading.Lock()
         self._cond = threading.Condition()
@@ -271,6 +276,8 @@ class _Peer:
         """`` (the agent exited with status N)`` once it is gone, else ``""``."""
         if not self.eof.is_set():
             return ""
+        if not isinstance(self.transport, ProcessTransport):
+            return " (the agent closed the connection)"
         code = self.transport.wait(1.0)
         return " (the agent closed its output" + (f" and exited with status {code})" if code is not None else ")")
 
@@ -414,7 +421,7 @@ def _describe(msg: Any) -> str:
 class _Checker:
     def __init__(
         self,
-        argv: Sequence[str],
+        open_transport: Callable[[], Transport],
         *,
         cancel_prompt: str | None,
         prompt: str,
@@ -422,7 +429,7 @@ class _Checker:
         cwd: str,
         emit: Callable[[CheckResult], None],
     ) -> None:
-        self.argv = list(argv)
+        self.open_transport = open_transport
         self.cancel_prompt = cancel_prompt
         self.prompt_text = prompt
         self.timeout = timeout
@@ -442,7 +449,7 @@ class _Checker:
 
     @contextmanager
     def peer(self, name: str) -> Iterator[_Peer]:
-        peer = _Peer(self.argv, self.validator, name)
+        peer = _Peer(self.open_transport(), self.validator, name)
         self.peers.append(peer)
         try:
             yield peer
@@ -691,6 +698,9 @@ class _Checker:
             alive = peer.alive(self.timeout)
             self.ok("robust.batch", alive, "a JSON array: " + ("still alive" if alive else "the agent stopped answering"))
             # end of input -> the agent exits
+            if not isinstance(peer.transport, ProcessTransport):
+                self.result("robust.stdin_closed", "SKIP", "not a spawned agent: it has no stdin to close")
+                return
             peer.transport.close_write()
             started = time.monotonic()
             code = peer.transport.wait(self.timeout)
@@ -740,7 +750,7 @@ class _Checker:
 
 
 def run_checks(
-    argv: Sequence[str],
+    argv: Union[Sequence[str], AgentSettings],
     *,
     cancel_prompt: str | None = None,
     prompt: str = "hello",
@@ -750,6 +760,10 @@ def run_checks(
 ) -> Report:
     """Check the agent started by ``argv``; returns the :class:`Report`.
 
+    ``argv`` may also be an :class:`~acp.client.settings.AgentSettings`: its command (spawned in
+    its ``cwd``) or its URL (a remote agent, opened once per run of checks; ``robust.stdin_closed``
+    is then skipped).
+
     ``cancel_prompt``: a prompt that keeps the agent busy, for the cancellation checks (skipped
     without it). ``prompt``: the text of ordinary prompts. ``timeout``: seconds to wait for each
     answer. ``cwd``: the session folder (default: a temporary one). ``out``: where to print each
@@ -757,7 +771,17 @@ def run_checks(
     """
     import shlex
 
-    report = Report(agent=shlex.join(argv))
+    from .client.settings import AgentSettings
+
+    if isinstance(argv, AgentSettings):
+        settings = argv
+        open_transport: Callable[[], Transport] = settings.open_transport
+        agent = settings.describe()
+    else:
+        command = list(argv)
+        open_transport = lambda: ProcessTransport(command)  # noqa: E731
+        agent = shlex.join(command)
+    report = Report(agent=agent)
 
     def emit(result: CheckResult) -> None:
         report.results.append(result)
@@ -767,7 +791,7 @@ def run_checks(
 
     with tempfile.TemporaryDirectory(prefix="acp-check-") as tmp:
         checker = _Checker(
-            argv,
+            open_transport,
             cancel_prompt=cancel_prompt,
             prompt=prompt,
             timeout=timeout,
@@ -778,4 +802,6 @@ def run_checks(
             checker.run()
         except FileNotFoundError as exc:
             emit(CheckResult("spawn", "FAIL", str(exc)))
+        except ConnectionClosedError as exc:  # RemoteConnectionError: unreachable, refused
+            emit(CheckResult("connect", "FAIL", str(exc)))
     return report

@@ -25,6 +25,7 @@ from .client import (
     UnsupportedProtocolVersionError,
 )
 from .context import AgentProxy, ClientRequestContext
+from .settings import AgentSettings, AgentSettingsError
 
 if TYPE_CHECKING:
     from .files import LocalFiles
@@ -48,6 +49,8 @@ __all__ = [
     "SUPPORTED_PROTOCOL_VERSIONS",
     "AgentProcess",
     "AgentProxy",
+    "AgentSettings",
+    "AgentSettingsError",
     "ClientRequestContext",
     "JsonlWireTap",
     "LocalFiles",
