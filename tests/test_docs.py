@@ -41,8 +41,9 @@ How each fenced block is treated
     exits 0) and every ``--option`` used appears in that subcommand's help; ``python FILE`` runs
     a ``file=`` block of the same page. Any other command fails the test.
 
-```text / ```json / ```console blocks
-    Output samples and diagrams: not run. ``json`` blocks must parse (one document, or one
+```text / ```json / ```console / ```nginx blocks
+    Output samples, diagrams and configuration: not run (docs/deployment.md's nginx
+    configuration is run by tests/test_deployment.py). ``json`` blocks must parse (one document, or one
     per line). A fence without a language, or with another language, fails the test.
 
 Inline code
@@ -79,7 +80,7 @@ SCRIPT_TIMEOUT = 60
 _FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})(?P<info>[^`]*)$")
 _DIRECTIVE = re.compile(r"^\s*<!--\s*docs-test:(?P<body>.*?)-->\s*$")
 _MODES = {"run", "agent-script", "official-sdk-agent", "official-sdk-run"}
-_TEXT_LANGS = {"text", "json", "console"}
+_TEXT_LANGS = {"text", "json", "console", "nginx"}
 _STOP_REASONS = {"end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"}
 
 
@@ -306,7 +307,7 @@ def test_every_block_has_a_way_to_run(page: Path) -> None:
                 _check_json(block)
         else:
             raise AssertionError(
-                f"{block.where}: code fence language {block.lang!r} is not python/sh/text/json/console"
+                f"{block.where}: code fence language {block.lang!r} is not python/sh/text/json/console/nginx"
             )
 
 

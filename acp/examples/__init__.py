@@ -4,8 +4,11 @@
 * :mod:`acp.examples.scenario_agent` — a deterministic agent whose prompt picks a scenario
   (streaming, tool calls, permission, files, terminals, plans, elicitation, cancellation,
   errors), with in-memory sessions that can be loaded, listed, resumed, closed and deleted.
+* :mod:`acp.examples.session_service` — an agent *service* (WebSocket or Streamable HTTP)
+  whose sessions live in a directory shared by several backend processes, so they outlive
+  connections; ``docs/deployment.md`` runs two of them behind nginx.
 
-Run either over stdio::
+Run the first two over stdio::
 
     python -m acp.examples.echo_agent
     python -m acp.examples.scenario_agent
