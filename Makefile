@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 SCHEMA_DIR ?= ../shared/acp-schema
 
-.PHONY: install test test-load test-all lint schema bench bench-setup demo clean interop-setup
+.PHONY: install test test-load test-all lint schema bench bench-setup demo clean interop-setup interop-python-setup
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-test: $(STAMP) interop-setup
+test: $(STAMP) interop-setup interop-python-setup
 	$(PY) -m pytest --timeout=120 $(PYTEST_ARGS)
 
 # The fault, fuzz and load tests at full size (100,000-update burst, 10,000 cancel races,
@@ -40,6 +40,29 @@ interop-setup:
 	  if [ -f $(INTEROP)/package-lock.json ]; then cmd=ci; else cmd=install; fi; \
 	  echo "interop-setup: npm $$cmd in $(INTEROP)"; \
 	  (cd $(INTEROP) && npm $$cmd --no-audit --no-fund) && touch $(INTEROP)/node_modules/.package-lock.json; \
+	fi
+
+# The official Python SDK with its remote transports (extra "http": httpx[http2], websockets) and
+# uvicorn to serve its ASGI app, for tests/test_interop_remote.py. Same venv as `make bench`
+# (benchmarks/.venv-official, created by `benchmarks/run.py --setup-only`); the extras are pinned
+# here and recorded in a stamp, so this is one `test` when already installed. A failure warns (the
+# tests then skip) -- except under CI, where it fails.
+OFFICIAL_VENV := benchmarks/.venv-official
+OFFICIAL_REMOTE_PINS := agent-client-protocol==0.12.1 httpx==0.28.1 h2==4.4.1 websockets==17.4 uvicorn==0.54.0
+OFFICIAL_REMOTE_STAMP := $(OFFICIAL_VENV)/.installed-remote
+interop-python-setup: $(STAMP)
+	@if [ -x $(OFFICIAL_VENV)/bin/python ] && [ -f $(OFFICIAL_REMOTE_STAMP) ] && \
+	   [ "$$(cat $(OFFICIAL_REMOTE_STAMP))" = "$(OFFICIAL_REMOTE_PINS)" ]; then exit 0; fi; \
+	echo "interop-python-setup: installing $(OFFICIAL_REMOTE_PINS) into $(OFFICIAL_VENV)"; \
+	if $(PY) benchmarks/run.py --setup-only && \
+	   env -u PYTHONPATH -u PIP_USER $(OFFICIAL_VENV)/bin/python -m pip install -q \
+	     --disable-pip-version-check $(OFFICIAL_REMOTE_PINS); then \
+	  echo "$(OFFICIAL_REMOTE_PINS)" > $(OFFICIAL_REMOTE_STAMP); \
+	else \
+	  case "$${CI:-}" in ""|0|false|no) \
+	    echo "interop-python-setup: warning: install failed; the official SDK remote interop tests will be skipped"; exit 0;; \
+	  esac; \
+	  echo "interop-python-setup: error: cannot install the official Python SDK under CI ($(OFFICIAL_VENV))" >&2; exit 1; \
 	fi
 
 lint: $(STAMP)

@@ -121,6 +121,12 @@ def test_every_facade_method_over_streamable_http(served: tuple[HttpServer, Demo
     assert server.connections == []  # closing the client DELETEd its connection
 
 
+def test_every_facade_method_with_session_scoped_streams(served: tuple[HttpServer, DemoAgent], tmp_path: Path) -> None:
+    server, demo = served
+    builder = SyncClient.builder().connect(server.url, open_timeout=WAIT, session_streams=True)
+    exercise_every_method(builder, demo, tmp_path)
+
+
 def test_every_facade_method_over_the_endpoints_websocket(
     served: tuple[HttpServer, DemoAgent], tmp_path: Path
 ) -> None:

@@ -124,6 +124,7 @@ class HttpTransport:
         stream_timeout: float | None = DEFAULT_STREAM_TIMEOUT,
         open_timeout: float | None = DEFAULT_OPEN_TIMEOUT,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        session_streams: bool = False,
     ) -> None:
         self._url = url
         self._client = client
@@ -139,8 +140,12 @@ class HttpTransport:
         self._closed = False
         self._write_closed = False
         self._deleted = False
-        self._reader: threading.Thread | None = None
-        self._stream_socket: socket.socket | None = None
+        self._readers: list[threading.Thread] = []
+        self._sockets: list[socket.socket] = []
+        # Session-scoped streams (opt-in, for servers of the RFD's earlier revision).
+        self._session_streams = session_streams
+        self._opened: set[str] = set()
+        self._asked_on: dict[object, str] = {}  # agent request id -> the session stream it came on
 
     # -- Transport ---------------------------------------------------------------------------
 
@@ -216,11 +221,12 @@ class HttpTransport:
             self._closed = True
             self._write_closed = True
         self._delete()
-        reader = self._reader
-        if reader is not None and reader is not threading.current_thread():
-            reader.join(2.0)  # the server ends the stream after DELETE
-            if reader.is_alive():
-                self._shutdown_stream()  # unreachable server: cut the socket under the read
+        readers = [r for r in self._readers if r is not threading.current_thread()]
+        for reader in readers:
+            reader.join(2.0)  # the server ends the streams after DELETE
+        if any(r.is_alive() for r in readers):
+            self._shutdown_stream()  # unreachable server: cut the sockets under the reads
+            for reader in readers:
                 reader.join()
         self._client.close()
         self._inbound.put(_EOF)
@@ -236,10 +242,15 @@ class HttpTransport:
         if not initialize:
             assert self.connection_id is not None
             headers[CONNECTION_ID_HEADER] = self.connection_id
+        session_id: str | None = None
         if isinstance(msg, (rpc.Request, rpc.Notification)):
             session_id = session_id_of(msg.params)
-            if session_id is not None:
-                headers[SESSION_ID_HEADER] = session_id
+        elif self._session_streams and isinstance(msg, (rpc.Response, rpc.ErrorResponse)):
+            session_id = self._asked_on.pop(msg.id, None)
+        if session_id is not None:
+            headers[SESSION_ID_HEADER] = session_id
+            if self._session_streams and not initialize and session_id not in self._opened:
+                self._open_stream(session_id)
         if _log.isEnabledFor(logging.DEBUG):
             _log.debug("%s > %r", self._description, line[:2000])
         try:
@@ -285,10 +296,7 @@ class HttpTransport:
         _log.debug("%s: connected", self._description)
         if body:
             self._inbound.put(body + b"\n")
-        self._reader = threading.Thread(
-            target=self._read_stream, name=f"acp-http-stream-{connection_id[:8]}", daemon=True
-        )
-        self._reader.start()
+        self._open_stream(None)
 
     def _refused(self, msg: rpc.Message, response: httpx.Response) -> None:
         reason = _reason(response)
@@ -300,20 +308,40 @@ class HttpTransport:
             )
             self._inbound.put(answer)
 
-    def _read_stream(self) -> None:
-        """The event stream's thread: parse events into lines for :meth:`read`."""
-        headers = {"Accept": _SSE}
+    def _open_stream(self, session_id: str | None) -> None:
+        """Start the thread of the connection's event stream, or of one session's (then wait
+        until the server accepted it, so what the next POST causes is routed to it)."""
+        opened = threading.Event()
+        if session_id is not None:
+            self._opened.add(session_id)
         assert self.connection_id is not None
-        headers[CONNECTION_ID_HEADER] = self.connection_id
+        name = f"acp-http-stream-{self.connection_id[:8]}" + (f"-{session_id[:8]}" if session_id else "")
+        reader = threading.Thread(target=self._read_stream, args=(session_id, opened), name=name, daemon=True)
+        self._readers.append(reader)
+        reader.start()
+        if session_id is not None:
+            opened.wait(self._stream_timeout.connect)
+
+    def _read_stream(self, session_id: str | None, opened: threading.Event) -> None:
+        """An event stream's thread: parse events into lines for :meth:`read`. The end of the
+        connection's stream is the end of the connection; a session stream's is not."""
+        assert self.connection_id is not None
+        headers = {"Accept": _SSE, CONNECTION_ID_HEADER: self.connection_id}
+        if session_id is not None:
+            headers[SESSION_ID_HEADER] = session_id
+        scope = "" if session_id is None else f" of session {session_id}"
         parser = SseParser(self._max)
         try:
             with self._client.stream("GET", self._url, headers=headers, timeout=self._stream_timeout) as response:
                 if response.status_code != 200:
-                    _log.error("%s: the event stream was refused: %s", self._description, _reason(response, read=True))
+                    _log.error("%s: the event stream%s was refused: %s", self._description, scope, _reason(response, read=True))
                     return
                 stream = response.extensions.get("network_stream")
                 if stream is not None:
-                    self._stream_socket = stream.get_extra_info("socket")
+                    sock = stream.get_extra_info("socket")
+                    if sock is not None:
+                        self._sockets.append(sock)
+                opened.set()
                 if self._closed:
                     return
                 for chunk in response.iter_bytes():
@@ -322,13 +350,26 @@ class HttpTransport:
                         if _log.isEnabledFor(logging.DEBUG):
                             for event in events:
                                 _log.debug("%s < %r", self._description, event[:2000])
+                        if session_id is not None:
+                            self._note_requests(events, session_id)
                         self._inbound.put(b"".join(events))
-            _log.debug("%s: the server ended the event stream", self._description)
+            _log.debug("%s: the server ended the event stream%s", self._description, scope)
         except (httpx.HTTPError, OSError, ValueError) as exc:
             if not self._closed:
-                _log.warning("%s: event stream lost: %s", self._description, str(exc) or type(exc).__name__)
+                _log.warning("%s: event stream%s lost: %s", self._description, scope, str(exc) or type(exc).__name__)
         finally:
-            self._inbound.put(_EOF)
+            opened.set()
+            if session_id is None:
+                self._inbound.put(_EOF)
+
+    def _note_requests(self, events: list[bytes], session_id: str) -> None:
+        # The agent's requests that came on a session stream are answered with that session's
+        # Acp-Session-Id (servers that route by session expect it).
+        for event in events:
+            if b'"method"' in event and b'"id"' in event:
+                decoded = rpc.decode_line(event)
+                if isinstance(decoded, rpc.Request):
+                    self._asked_on[decoded.id] = session_id
 
     def _delete(self) -> None:
         with self._lock:
@@ -356,8 +397,7 @@ class HttpTransport:
         self._inbound.put(_EOF)
 
     def _shutdown_stream(self) -> None:
-        sock = self._stream_socket
-        if sock is not None:
+        for sock in list(self._sockets):
             try:
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:
@@ -401,6 +441,7 @@ def connect_http(
     http2: bool = False,
     verify: bool | str | ssl_module.SSLContext = True,
     check: bool = True,
+    session_streams: bool = False,
 ) -> HttpTransport:
     """Open a Streamable HTTP connection to an ACP agent at ``url`` (``http(s)://host:port/acp``).
 
@@ -411,7 +452,11 @@ def connect_http(
     over ``https``, with prior knowledge over plain ``http``. ``verify``: TLS verification (a CA
     bundle path or an ``ssl.SSLContext``). ``check``: probe the endpoint now, so an unreachable
     server, a wrong path or a refused credential raises :class:`RemoteConnectionError` here
-    rather than at ``initialize``.
+    rather than at ``initialize``. ``session_streams``: besides the connection's event stream,
+    open one per session (a ``GET`` with ``Acp-Session-Id``, before the first message about that
+    session) and answer the agent's requests with the session of the stream they came on: the
+    RFD's earlier revision, which the official Python and TypeScript SDK servers (0.12 / 2.4)
+    still follow (they send a session's traffic only on its own stream).
     """
     base_headers = {"User-Agent": "acp-sync"}
     base_headers.update(headers or {})
@@ -437,6 +482,7 @@ def connect_http(
         stream_timeout=stream_timeout,
         open_timeout=open_timeout,
         max_message_bytes=max_message_bytes,
+        session_streams=session_streams,
     )
 
 
