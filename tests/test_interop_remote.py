@@ -317,7 +317,7 @@ def test_official_http_client_non_ascii_stream(
     (acp/_sse.py:69 ``buffer += chunk.decode("utf-8")``), so a multi-byte character split
     between two chunks kills their stream: a peer bug, expected to fail until they fix it."""
     big = "ünïcødé ✓ 😀 " * 20_000
-    config = {"prompts": [f"read {NOTES}"], "files": {NOTES: big}, "step_timeout": 8.0}
+    config = {"prompts": [f"read {NOTES}"], "files": {NOTES: big}, "step_timeout": 3.0}
     server = our_agent.serve_http(host="127.0.0.1", port=0)  # type: ignore[attr-defined]
     try:
         summary, proc = run_official_client(official_python, "http", server.url, config)

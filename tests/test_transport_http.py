@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -448,30 +449,24 @@ def test_http2_under_hypercorn(no_thread_leak: None, tmp_path: Path) -> None:
             versions.append(scope["http_version"])
         await app(scope, receive, send)
 
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    port = sock.getsockname()[1]
     config = Config()
-    config.bind = ["127.0.0.1:0"]
+    config.bind = [f"fd://{sock.detach()}"]  # hypercorn owns (and closes) the listening socket
     config.accesslog = None
     config.errorlog = None
     stop = threading.Event()
-    bound: list[str] = []
-    ready = threading.Event()
-    loop = asyncio.new_event_loop()
 
     async def main() -> None:
-        async def shutdown_trigger() -> None:
-            await loop.run_in_executor(None, stop.wait)
+        loop = asyncio.get_running_loop()
+        await hypercorn.serve(recording, config, shutdown_trigger=lambda: loop.run_in_executor(None, stop.wait))
 
-        serving = asyncio.ensure_future(hypercorn.serve(recording, config, shutdown_trigger=shutdown_trigger))
-        await loop.run_in_executor(None, app.started.wait, WAIT)
-        bound.extend(config.bind)
-        ready.set()
-        await serving
-
-    runner = threading.Thread(target=loop.run_until_complete, args=(main(),))
+    runner = threading.Thread(target=asyncio.run, args=(main(),))
     runner.start()
     try:
-        assert ready.wait(WAIT)
-        port = _hypercorn_port(loop)
+        assert app.started.wait(WAIT)
         url = f"http://127.0.0.1:{port}/acp"
         updates = Updates()
         with SyncClient.builder().connect(url, http2=True).session_update_handler(updates).build() as client:
@@ -484,19 +479,8 @@ def test_http2_under_hypercorn(no_thread_leak: None, tmp_path: Path) -> None:
         app.close()
         stop.set()
         runner.join(WAIT)
-        loop.close()
         agent.close()
-
-
-def _hypercorn_port(loop: asyncio.AbstractEventLoop) -> int:
-    # hypercorn binds port 0 itself; find the listening socket it made.
-    import gc
-
-    for obj in gc.get_objects():
-        if isinstance(obj, asyncio.base_events.Server) and obj.get_loop() is loop:  # type: ignore[attr-defined]
-            for sock in obj.sockets:
-                return int(sock.getsockname()[1])
-    raise AssertionError("hypercorn is not listening")
+    assert not runner.is_alive()
 
 
 # ---------------------------------------------------------------------------- faults and lifecycle
