@@ -528,6 +528,22 @@ def test_idle_connections_are_closed(no_thread_leak: None) -> None:
             client.list_sessions()
 
 
+def test_websocket_profile_limits_and_idle_timeout(no_thread_leak: None) -> None:
+    agent, _ = build_agent()
+    with agent, agent.serve_http(max_message_bytes=4096, idle_timeout=0.3) as server:
+        with SyncClient.builder().connect(server.ws_url).build() as client:
+            client.initialize()
+            sid = client.new_session(cwd="/work").session_id
+            with pytest.raises(ConnectionClosedError):
+                client.prompt(sid, "x" * 10_000)
+        with SyncClient.builder().connect(server.ws_url).build() as client:
+            client.initialize()
+            (handle,) = server.connections
+            assert handle.wait_closed(WAIT)  # nothing either way for 0.3 s
+            with pytest.raises(ConnectionClosedError):
+                client.list_sessions()
+
+
 def test_closing_the_server_answers_turns_in_flight(no_thread_leak: None) -> None:
     agent, _ = build_agent(grace=30.0)
     updates = Updates()

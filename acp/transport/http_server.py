@@ -227,13 +227,14 @@ def _one_line(data: bytes) -> bytes:
 class _EventStream:
     """Messages waiting for (or flowing to) one open GET stream or WebSocket, on the loop."""
 
-    __slots__ = ("events", "wakeup", "attached", "ended")
+    __slots__ = ("events", "wakeup", "attached", "ended", "close_code")
 
     def __init__(self) -> None:
         self.events: deque[bytes] = deque()
         self.wakeup = asyncio.Event()
         self.attached = False
         self.ended = False
+        self.close_code = 1000  # for a WebSocket: the close code once ended
 
     def push(self, event: bytes) -> None:
         self.events.append(event)
@@ -711,23 +712,11 @@ class AcpAsgiApp:
         await send({"type": "websocket.accept", "headers": [(_CID.encode(), connection_id.encode())]})
         last = [time.monotonic()]
         sender = asyncio.ensure_future(self._ws_send(out, send, last))
-        receiving: asyncio.Future[MutableMapping[str, Any]] | None = None
+        watchdog: list[asyncio.TimerHandle] = []  # the idle timer, re-armed as it goes
+        self._ws_watchdog(loop, out, last, transport.description, watchdog)
         try:
             while True:
-                if receiving is None:
-                    receiving = asyncio.ensure_future(receive())
-                if self._idle_timeout is not None:
-                    remaining = last[0] + self._idle_timeout - time.monotonic()
-                    if remaining <= 0:
-                        _log.info("%s: idle for %ss; closing", transport.description, self._idle_timeout)
-                        await send({"type": "websocket.close", "code": 1001})
-                        break
-                    # The same receive() is awaited again after a timeout: nothing is lost.
-                    done, _ = await asyncio.wait({receiving}, timeout=remaining)
-                    if not done:
-                        continue
-                message = await receiving
-                receiving = None
+                message = await receive()
                 kind = message["type"]
                 if kind == "websocket.disconnect":
                     break
@@ -740,13 +729,14 @@ class AcpAsgiApp:
                 data = text.encode("utf-8")
                 if len(data) > self.max_message_bytes:
                     _log.warning("%s: a message of %d bytes is over the limit", transport.description, len(data))
-                    await send({"type": "websocket.close", "code": 1009})
-                    break
+                    out.close_code = 1009
+                    out.end()
+                    continue  # the sender closes; the client's disconnect ends this loop
                 last[0] = time.monotonic()
                 transport.feed(_one_line(data))
         finally:
-            if receiving is not None:
-                receiving.cancel()
+            for timer in watchdog:
+                timer.cancel()
             transport.feed_eof()  # the engine ends the connection, which ends `out`
             try:
                 await asyncio.wait_for(asyncio.shield(sender), 5.0)
@@ -756,6 +746,33 @@ class AcpAsgiApp:
                 self._ws.discard(handle)
             await loop.run_in_executor(None, _close_handle, handle, 5.0, False)
 
+    def _ws_watchdog(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        out: _EventStream,
+        last: list[float],
+        name: str,
+        timers: list[asyncio.TimerHandle],
+    ) -> None:
+        """Close the WebSocket (1001) after ``idle_timeout`` without a message either way.
+        One timer at a time, kept in ``timers[0]`` so the caller can cancel it."""
+        timeout = self._idle_timeout
+        if timeout is None:
+            return
+
+        def check() -> None:
+            if out.ended:
+                return
+            remaining = last[0] + timeout - time.monotonic()
+            if remaining > 0:
+                timers[0] = loop.call_later(remaining, check)
+                return
+            _log.info("%s: idle for %ss; closing", name, timeout)
+            out.close_code = 1001
+            out.end()
+
+        timers.append(loop.call_later(timeout, check))
+
     async def _ws_send(self, out: _EventStream, send: Send, last: list[float]) -> None:
         try:
             while True:
@@ -764,7 +781,7 @@ class AcpAsgiApp:
                     await send({"type": "websocket.send", "text": line.decode("utf-8")})
                     last[0] = time.monotonic()
                 if out.ended:
-                    await send({"type": "websocket.close", "code": 1000})
+                    await send({"type": "websocket.close", "code": out.close_code})
                     return
                 out.wakeup.clear()
                 await out.wakeup.wait()
