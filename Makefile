@@ -19,10 +19,12 @@ test: $(STAMP) interop-setup interop-python-setup
 	$(PY) -m pytest --timeout=120 $(PYTEST_ARGS)
 
 # The fault, fuzz and load tests at full size (100,000-update burst, 10,000 cancel races,
-# 30,000 fuzz examples per side, 1,000 sessions / 10 agents x 100); latency percentiles are
-# printed and written to benchmarks/results/load-*.json. `make test` runs them reduced.
+# 30,000 fuzz examples per side, 1,000 sessions / 10 agents x 100, 200 WebSocket clients on one
+# agent server, 100 clients over Streamable HTTP + WebSocket); latency percentiles are printed
+# and written to benchmarks/results/load-*.json. `make test` runs them reduced.
 test-load: $(STAMP)
-	ACP_LOAD=full $(PY) -m pytest --timeout=900 -s tests/test_faults.py tests/test_fuzz.py tests/test_load.py $(PYTEST_ARGS)
+	ACP_LOAD=full $(PY) -m pytest --timeout=900 -s tests/test_faults.py tests/test_fuzz.py tests/test_load.py \
+	  tests/test_transport_websocket.py tests/test_transport_http.py $(PYTEST_ARGS)
 
 # The official TypeScript SDK, pinned in tests/interop (package.json + package-lock.json), for the
 # interop tests. Installs only when node_modules is missing or older than the lock. Without node/npm
