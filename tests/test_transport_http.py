@@ -631,3 +631,22 @@ def test_asgi_app_refuses_bad_options() -> None:
                 AcpAsgiApp(agent, **bad)  # type: ignore[arg-type]
         with pytest.raises(TypeError):
             AcpAsgiApp(agent, origins="https://one.example")
+
+
+@pytest.mark.parametrize("profile", ["http", "ws"])
+def test_the_scenario_agent_served_remotely_passes_the_conformance_check(profile: str, no_thread_leak: None) -> None:
+    # acp check drives the raw wire: garbage bodies, invalid requests, unknown methods, a
+    # session/cancel in flight. Over HTTP the server's 400 bodies are the JSON-RPC errors.
+    from acp.client.settings import AgentSettings
+    from acp.conformance import run_checks
+    from acp.examples.scenario_agent import build_agent as build_scenario_agent
+
+    agent = build_scenario_agent()
+    with agent, agent.serve_http() as server:
+        url = server.url if profile == "http" else server.ws_url
+        report = run_checks(AgentSettings(url=url), cancel_prompt="wait_for_cancel", timeout=WAIT)
+    failed = [(r.name, r.status, r.detail) for r in report.results if r.status in ("FAIL", "WARN")]
+    assert report.conforming and failed == [], failed
+    assert {r.name for r in report.results if r.status == "PASS"} >= {
+        "robust.garbage_line", "robust.invalid_request", "prompt.cancel", "prompt.no_updates_after_cancel"
+    }

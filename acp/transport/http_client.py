@@ -301,6 +301,13 @@ class HttpTransport:
     def _refused(self, msg: rpc.Message, response: httpx.Response) -> None:
         reason = _reason(response)
         _log.warning("%s: %s refused: %s", self._description, _method(msg), reason)
+        body = response.content.strip()
+        if body[:1] == b"{" and response.headers.get("content-type", "").startswith("application/json"):
+            if isinstance(rpc.decode_line(body), rpc.ErrorResponse):
+                # The server answered in JSON-RPC terms (-32700 for a body that is not JSON...):
+                # read that answer like any other.
+                self._inbound.put(body + b"\n")
+                return
         if isinstance(msg, rpc.Request):
             answer = rpc.Encoder().error(
                 msg.id, INTERNAL_ERROR, f"the server refused {msg.method}: {reason}",
