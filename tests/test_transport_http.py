@@ -393,6 +393,7 @@ def test_cookies_are_kept_for_the_connection_and_sent_on_every_request(no_thread
     agent, _ = build_agent()
     app = agent.asgi_app()
     seen: list[tuple[str, str | None]] = []
+    versions: list[str | None] = []
 
     async def sticky(scope: Any, receive: Any, send: Any) -> None:
         # What a sticky load balancer does: pin the client with a cookie on the first answer.
@@ -401,6 +402,8 @@ def test_cookies_are_kept_for_the_connection_and_sent_on_every_request(no_thread
             return
         cookie = dict(scope["headers"]).get(b"cookie")
         seen.append((scope.get("method", "WS"), cookie.decode() if cookie else None))
+        version = dict(scope["headers"]).get(b"acp-protocol-version")
+        versions.append(version.decode() if version else None)
 
         async def send_with_cookie(message: Any) -> None:
             if message["type"] in ("http.response.start", "websocket.accept") and cookie is None:
@@ -418,6 +421,7 @@ def test_cookies_are_kept_for_the_connection_and_sent_on_every_request(no_thread
             client.new_session(cwd="/w")
         methods = [m for m, _ in seen]
         assert methods[:2] == ["GET", "POST"] and "DELETE" in methods  # probe, initialize, ..., end
+        assert versions[1] is None and set(versions[2:]) == {"1"}  # Acp-Protocol-Version after initialize
         assert seen[0][1] is None and all(c == "backend=b7" for _, c in seen[1:])
         # A jar of the caller's own outlives the connection: a reconnect sends the cookie at once.
         jar = CookieJar()

@@ -28,9 +28,10 @@ import socket
 import threading
 from collections.abc import Mapping
 from http.cookiejar import CookieJar
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx
+import msgspec
 
 from ..errors import INTERNAL_ERROR, ConnectionClosedError
 from ..rpc import messages as rpc
@@ -56,6 +57,9 @@ DEFAULT_REQUEST_TIMEOUT = 30.0
 #: Seconds of silence on the event stream before the server is taken for dead (servers send a
 #: keep-alive comment every 15 s).
 DEFAULT_STREAM_TIMEOUT = 120.0
+
+#: The RFD: clients SHOULD send the negotiated protocol version on every request after initialize.
+PROTOCOL_VERSION_HEADER = "Acp-Protocol-Version"
 
 _JSON = "application/json"
 _SSE = "text/event-stream"
@@ -140,6 +144,7 @@ class HttpTransport:
         self._closed = False
         self._write_closed = False
         self._deleted = False
+        self._protocol_version: str | None = None  # sent as Acp-Protocol-Version once known
         self._readers: list[threading.Thread] = []
         self._sockets: list[socket.socket] = []
         # Session-scoped streams (opt-in, for servers of the RFD's earlier revision).
@@ -240,8 +245,7 @@ class HttpTransport:
         initialize = self.connection_id is None
         headers = {"Content-Type": _JSON, "Accept": _JSON}
         if not initialize:
-            assert self.connection_id is not None
-            headers[CONNECTION_ID_HEADER] = self.connection_id
+            headers.update(self._connection_headers())
         session_id: str | None = None
         if isinstance(msg, (rpc.Request, rpc.Notification)):
             session_id = session_id_of(msg.params)
@@ -292,6 +296,7 @@ class HttpTransport:
             self._end()
             raise RemoteConnectionError(self._url, f"the answer to {_method(msg)} has no {CONNECTION_ID_HEADER} header", 200)
         self.connection_id = connection_id
+        self._protocol_version = _negotiated_version(body)
         self._description = f"http {self._url} ({connection_id})"
         _log.debug("%s: connected", self._description)
         if body:
@@ -315,6 +320,13 @@ class HttpTransport:
             )
             self._inbound.put(answer)
 
+    def _connection_headers(self) -> dict[str, str]:
+        assert self.connection_id is not None
+        headers = {CONNECTION_ID_HEADER: self.connection_id}
+        if self._protocol_version is not None:
+            headers[PROTOCOL_VERSION_HEADER] = self._protocol_version
+        return headers
+
     def _open_stream(self, session_id: str | None) -> None:
         """Start the thread of the connection's event stream, or of one session's (then wait
         until the server accepted it, so what the next POST causes is routed to it)."""
@@ -332,8 +344,7 @@ class HttpTransport:
     def _read_stream(self, session_id: str | None, opened: threading.Event) -> None:
         """An event stream's thread: parse events into lines for :meth:`read`. The end of the
         connection's stream is the end of the connection; a session stream's is not."""
-        assert self.connection_id is not None
-        headers = {"Accept": _SSE, CONNECTION_ID_HEADER: self.connection_id}
+        headers = {"Accept": _SSE, **self._connection_headers()}
         if session_id is not None:
             headers[SESSION_ID_HEADER] = session_id
         scope = "" if session_id is None else f" of session {session_id}"
@@ -384,9 +395,7 @@ class HttpTransport:
                 return
             self._deleted = True
         try:
-            self._client.delete(
-                self._url, headers={CONNECTION_ID_HEADER: self.connection_id}, timeout=self._post_timeout
-            )
+            self._client.delete(self._url, headers=self._connection_headers(), timeout=self._post_timeout)
         except httpx.HTTPError as exc:
             _log.debug("%s: DELETE failed: %r", self._description, exc)
 
@@ -412,6 +421,18 @@ class HttpTransport:
 
     def __repr__(self) -> str:
         return f"<HttpTransport {self._description}{' closed' if self._closed else ''}>"
+
+
+class _InitializeAnswer(msgspec.Struct):
+    result: dict[str, Any] = {}
+
+
+def _negotiated_version(body: bytes) -> str | None:
+    try:
+        version = msgspec.json.decode(body, type=_InitializeAnswer).result.get("protocolVersion")
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    return str(version) if isinstance(version, int) and not isinstance(version, bool) else None
 
 
 def _method(msg: rpc.Message) -> str:
