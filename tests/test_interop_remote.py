@@ -10,8 +10,8 @@ Python SDK (PyPI ``agent-client-protocol`` 0.12.1):
 
 TypeScript SDK (``@agentclientprotocol/sdk`` 2.4.0, tests/interop): its experimental
 ``createWebSocketStream`` / ``createHttpStream`` clients drive OUR agent; OUR client drives its
-``AcpServer`` over Streamable HTTP (node:http). Its WebSocket server needs the ``ws`` package,
-which the SDK neither depends on nor we pin, so that direction is not covered.
+``AcpServer`` over Streamable HTTP and WebSocket (node:http with ``createNodeWebSocketUpgradeHandler``
+and the ``ws`` package, which the SDK does not depend on: pinned in tests/interop/package.json).
 
 The official SDK runs in its own venv (benchmarks/.venv-official, ``make interop-python-setup``):
 without it these tests skip locally and fail under CI. The Streamable HTTP tests skip until our
@@ -459,3 +459,40 @@ def test_our_http_client_with_session_streams_drives_ts_agent(node: str, http_se
     with peer_server([node, str(INTEROP_DIR / "remote_agent.mjs")], cwd=INTEROP_DIR) as server:
         with our_client(server.url("http"), seen, open_timeout=WAIT, session_streams=True) as client:
             drive_official_agent(client, seen, agent_name="ts-remote-agent", first_session="ts-1")
+
+
+def test_our_websocket_client_drives_ts_agent(node: str) -> None:
+    """OUR client over ``connect("ws://...")`` against the TS ``AcpServer``'s WebSocket upgrade."""
+    seen = Session()
+    with peer_server([node, str(INTEROP_DIR / "remote_agent.mjs")], cwd=INTEROP_DIR) as server:
+        with our_client(server.url("ws"), seen, open_timeout=WAIT) as client:
+            drive_official_agent(client, seen, agent_name="ts-remote-agent", first_session="ts-1")
+        wire = server.wire()
+        assert server.proc.poll() is None, "the TS server died:\n" + server.stderr
+    upgrades = [r for r in wire if r["type"] == "websocket"]
+    assert len(upgrades) == 1, wire
+    assert upgrades[0]["path"] == "/acp"
+    assert headers_of(upgrades[0])["upgrade"].lower() == "websocket"
+    assert "origin" not in headers_of(upgrades[0])  # a program, not a browser
+    assert [r for r in wire if r["type"] == "http"] == []  # no HTTP request besides the upgrade
+
+
+def test_our_websocket_transport_reads_ts_connection_id(node: str) -> None:
+    """The TS upgrade handler adds Acp-Connection-Id (crypto.randomUUID()) to the 101; each
+    WebSocket is its own connection with its own agent app (session numbering from ts-1)."""
+    with peer_server([node, str(INTEROP_DIR / "remote_agent.mjs")], cwd=INTEROP_DIR) as server:
+        ids = []
+        for _ in range(2):
+            seen = Session()
+            transport = connect_websocket(server.url("ws"), open_timeout=WAIT)
+            assert transport.connection_id is not None
+            assert re.fullmatch(r"[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}", transport.connection_id)
+            ids.append(transport.connection_id)
+            with our_client(transport, seen) as client:
+                client.initialize()
+                session_id = client.new_session(cwd="/").session_id
+                assert session_id == "ts-1"
+                assert client.prompt(session_id, "a b").stop_reason == "end_turn"
+                assert seen.texts == [("ts-1", "A"), ("ts-1", "B")]
+        assert ids[0] != ids[1]
+        assert len([r for r in server.wire() if r["type"] == "websocket"]) == 2

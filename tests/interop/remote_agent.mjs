@@ -1,20 +1,22 @@
-// An agent written with the official TypeScript SDK (@agentclientprotocol/sdk 2.4.0), served over
-// its experimental Streamable HTTP server (AcpServer + createNodeHttpHandler on node:http) for
-// tests/test_interop_remote.py.
+// An agent written with the official TypeScript SDK (@agentclientprotocol/sdk 2.4.0), served by its
+// experimental AcpServer on one node:http server for tests/test_interop_remote.py: Streamable HTTP
+// (createNodeHttpHandler) and WebSocket upgrades (createNodeWebSocketUpgradeHandler with a
+// `noServer` WebSocketServer of the `ws` package, pinned in package.json: the SDK does not depend
+// on it). Both on any path; the tests use /acp, so http://127.0.0.1:<n>/acp and ws://127.0.0.1:<n>/acp.
 //
 //   node remote_agent.mjs
 //
 // Listens on 127.0.0.1 (port chosen by the OS), prints "PORT <n>", serves until stdin ends. Each
-// request is logged on stderr as `WIRE {json}` (method, path, headers) for the tests to inspect.
-// No WebSocket: the SDK's upgrade handler (createNodeWebSocketUpgradeHandler) needs a WebSocketServer
-// from the `ws` package, which is not among the SDK's dependencies nor pinned in package.json.
+// request is logged on stderr as `WIRE {json}` (type "http" or "websocket" for an upgrade; method,
+// path, headers) for the tests to inspect.
 //
 // The prompt script is the one of tests/interop/official_remote_peer.py: words come back
 // upper-cased, "read PATH" reads through the client, "permission" asks, "wait" waits for cancel.
 import { createServer } from "node:http";
 import * as acp from "@agentclientprotocol/sdk";
-import { createNodeHttpHandler } from "@agentclientprotocol/sdk/experimental/node";
+import { createNodeHttpHandler, createNodeWebSocketUpgradeHandler } from "@agentclientprotocol/sdk/experimental/node";
 import { AcpServer } from "@agentclientprotocol/sdk/experimental/server";
+import { WebSocketServer } from "ws";
 
 function say(client, sessionId, text) {
   return client.notify(acp.methods.client.session.update, {
@@ -75,11 +77,14 @@ function createAgent() {
 
 const acpServer = new AcpServer({ createAgent });
 const handle = createNodeHttpHandler(acpServer);
-const server = createServer((req, res) => {
+const wss = new WebSocketServer({ noServer: true });
+const upgrade = createNodeWebSocketUpgradeHandler(acpServer, wss);
+
+function logWire(type, req) {
   process.stderr.write(
     "WIRE " +
       JSON.stringify({
-        type: "http",
+        type,
         method: req.method,
         path: req.url,
         http_version: req.httpVersion,
@@ -87,7 +92,15 @@ const server = createServer((req, res) => {
       }) +
       "\n",
   );
+}
+
+const server = createServer((req, res) => {
+  logWire("http", req);
   handle(req, res);
+});
+server.on("upgrade", (req, socket, head) => {
+  logWire("websocket", req);
+  upgrade(req, socket, head);
 });
 
 server.listen(0, "127.0.0.1", () => {
@@ -99,5 +112,7 @@ process.stdin.on("end", async () => {
   server.closeAllConnections?.();
   server.close();
   await acpServer.close();
+  for (const ws of wss.clients) ws.terminate();
+  wss.close();
   process.exit(0);
 });
