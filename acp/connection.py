@@ -1049,6 +1049,9 @@ class Connection:
                 handler.fn(params)
         except Exception:
             _log.exception("%s: %s notification handler failed", self.name, msg.method)
+        except SystemExit:
+            _log.error("%s: %s notification handler raised SystemExit; ignored (sys.exit() in a "
+                       "handler does not end the process)", self.name, msg.method)
 
     def _prepare_request(self, msg: rpc.Request) -> _Start | None:
         """Register an inbound request; None when it was answered with an error at once."""
@@ -1123,6 +1126,13 @@ class Connection:
                     self._answer_error(call.id, exc.code, exc.message, exc.data)
             except Exception:
                 _log.exception("%s: %s handler failed", self.name, call.method)
+                if self._claim(call):
+                    self._answer_error(call.id, INTERNAL_ERROR, "Internal error")
+            except SystemExit:
+                # sys.exit() in a handler thread would end only that thread (the reader, when it
+                # ran the handler itself) and leave the request unanswered: answer it instead.
+                _log.error("%s: %s handler raised SystemExit; answered as an internal error "
+                           "(sys.exit() in a handler does not end the process)", self.name, call.method)
                 if self._claim(call):
                     self._answer_error(call.id, INTERNAL_ERROR, "Internal error")
             else:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -479,6 +480,17 @@ def test_handler_raises(raw: tuple[Connection, RawPeer]) -> None:
     assert answer["error"] == {"code": -32603, "message": "Internal error"}
     answer = peer.request(2, "refuse")
     assert answer["error"] == {"code": -32002, "message": "no such thing", "data": {"uri": "x"}}
+    assert_echo_works(conn, peer)
+
+
+def test_handler_calling_sys_exit_is_answered_and_the_connection_goes_on(raw: tuple[Connection, RawPeer]) -> None:
+    conn, peer = raw
+    conn.on_request("exit-now", lambda params, call: sys.exit(3))  # quick: run on the reader itself
+    conn.on_notification("bye", lambda params: sys.exit(4))
+    conn.start()
+    peer.send({"jsonrpc": "2.0", "method": "bye"})
+    assert peer.request(1, "exit-now")["error"] == {"code": -32603, "message": "Internal error"}
+    assert peer.request(2, "exit-now")["error"] == {"code": -32603, "message": "Internal error"}
     assert_echo_works(conn, peer)
 
 
