@@ -24,6 +24,11 @@ stale read only ever makes the reader queue when it need not).
 Deadlock rule: a response to a request sent from inside a notification handler (on the
 dispatcher) is completed by the reader at once, since the dispatcher is busy with that handler
 and everything queued behind it waits for it.
+
+Backpressure: when the dispatcher falls ``MAX_QUEUED_MESSAGES`` behind (a slow notification
+consumer), the reader stops reading until it is halfway caught up, so the peer's writes block
+instead of this process buffering a burst without bound. The deadlock rule wins: while a
+notification handler waits for an answer, the reader reads regardless.
 """
 
 from __future__ import annotations
@@ -59,6 +64,7 @@ from .executor import HandlerPool
 from .transport.base import Transport
 
 __all__ = [
+    "MAX_QUEUED_MESSAGES",
     "CancelSource",
     "Connection",
     "InboundCall",
@@ -72,6 +78,8 @@ _log = logging.getLogger("acp.connection")
 
 DEFAULT_REQUEST_TIMEOUT = 60.0
 CANCEL_REQUEST = "$/cancel_request"
+#: Messages the reader lets wait for the dispatcher before it stops reading (backpressure).
+MAX_QUEUED_MESSAGES = 10_000
 _FLUSH_DELAY = 0.001  # batched notifications reach the wire within this bound
 _FLUSH_BYTES = 64 * 1024
 # A reader that runs a request handler itself hands reading over once the handler makes a
@@ -320,6 +328,12 @@ class Connection:
         self._queue: SimpleQueue[list[Any] | None] = SimpleQueue()
         self._enqueued = 0  # written by the reader only
         self._handled = 0  # written by the dispatcher only
+        # Backpressure: the reader stops reading while the dispatcher is this far behind.
+        self._queued_in = 0  # messages queued (written by the reader only)
+        self._queued_out = 0  # messages dispatched (written by the dispatcher only)
+        self._backlog = threading.Condition(threading.Lock())
+        self._reader_held = False  # the reader waits for the backlog to shrink
+        self._dispatcher_asked = False  # a notification handler made a request (dispatcher only)
         self._tls = threading.local()  # .serial is True inside a notification handler
 
         self._write_lock = threading.Lock()
@@ -479,6 +493,7 @@ class Connection:
         except AcpError:
             pass
         self._transport.close()
+        self._release_reader()
         self._fail_pending(ConnectionClosedError("connection closed"))
         self._queue.put(None)
         with self._house_cond:
@@ -599,7 +614,14 @@ class Connection:
         if self._eof or self._closed or not self._started:
             raise ConnectionClosedError("connection closed" if self._started else "connection not started")
         msg_id = next(self._ids)
-        pending = _Pending(msg_id, method, result_type, future, getattr(self._tls, "serial", False))
+        serial = getattr(self._tls, "serial", False)
+        pending = _Pending(msg_id, method, result_type, future, serial)
+        if serial:
+            # A notification handler (on the dispatcher) will wait for this answer: the reader
+            # must not be held for the backlog, or nobody would ever read it.
+            self._dispatcher_asked = True
+            if self._reader_held:
+                self._release_reader()
         self._pending[msg_id] = pending
         # close/EOF sets its flag before failing what is pending: re-check so nothing is missed.
         if (self._eof or self._closed) and self._pending.pop(msg_id, None) is not None:
@@ -836,11 +858,33 @@ class Connection:
         except Exception:
             _log.exception("wire tap failed")
 
+    def _hold_reading(self) -> None:
+        """Stop reading while the dispatcher is far behind (a slow notification consumer):
+        the peer's writes then block instead of this process buffering without bound. Reading
+        goes on at once while a notification handler waits for an answer (only this reader can
+        read it) and when the connection closes."""
+        with self._backlog:
+            self._reader_held = True
+            try:
+                self._backlog.wait_for(
+                    lambda: self._queued_in - self._queued_out < MAX_QUEUED_MESSAGES // 2
+                    or self._dispatcher_asked
+                    or self._closed
+                )
+            finally:
+                self._reader_held = False
+
+    def _release_reader(self) -> None:
+        with self._backlog:
+            self._backlog.notify()
+
     def _read_loop(self) -> None:
         read = self._transport.read
         feed = self._framer.feed
         try:
             while True:
+                if self._queued_in - self._queued_out >= MAX_QUEUED_MESSAGES:
+                    self._hold_reading()
                 try:
                     data = read()
                 except OSError as exc:
@@ -888,6 +932,7 @@ class Connection:
                 self._route(msg, batch, starts, ready)  # type: ignore[arg-type]
         if batch:
             self._enqueued += 1
+            self._queued_in += len(batch)
             self._queue.put(batch)
         # Callers are woken last: a woken caller needs the GIL this thread holds until it
         # blocks in its next read, so less work after the wake means less waiting.
@@ -1013,6 +1058,7 @@ class Connection:
                 cls = type(msg)
                 if cls is rpc.Notification:
                     run_notification(msg, handlers.get(msg.method))
+                    self._dispatcher_asked = False
                 elif cls is tuple:
                     if msg[0].is_cancelled:  # cancelled while queued: answered already
                         self._handler_done()
@@ -1026,6 +1072,9 @@ class Connection:
                         self._drained.set()
                         self._run_close_callbacks()
             self._handled += 1
+            self._queued_out += len(batch)
+            if self._reader_held:
+                self._release_reader()
 
     def _run_notification(self, msg: rpc.Notification, handler: _Handler | None) -> None:
         fallback = None

@@ -27,7 +27,7 @@ import pytest
 from acp import schema
 from acp.agent import PromptContext, SyncAgent
 from acp.client import ClientRequestContext, SyncClient
-from acp.connection import Connection, InboundCall
+from acp.connection import MAX_QUEUED_MESSAGES, Connection, InboundCall
 from acp.errors import (
     ConnectionClosedError,
     RequestError,
@@ -723,11 +723,23 @@ def test_agent_and_client_handlers_returning_wrong_types_keep_the_connection(no_
 # floods and races
 
 
-def test_slow_consumer_under_a_burst(no_thread_leak: None) -> None:
-    """The consumer is stuck while the agent sends the whole burst; once it moves, every update
-    arrives in order and the prompt returns only after the last one was handled."""
-    n = size(20_000, 100_000)
+def test_slow_consumer_under_a_burst(no_thread_leak: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The consumer is stuck while the agent sends a burst: the client stops reading once
+    MAX_QUEUED_MESSAGES wait (backpressure: the agent's writes block, the client's memory stays
+    bounded); once the consumer moves, every update arrives in order and the prompt returns
+    only after the last one was handled."""
+    n = size(3 * MAX_QUEUED_MESSAGES, 100_000)
     sent_all = threading.Event()
+    held = threading.Event()
+    backlog_when_held: list[int] = []
+    hold = Connection._hold_reading
+
+    def spy(conn: Connection) -> None:
+        backlog_when_held.append(conn._queued_in - conn._queued_out)
+        held.set()
+        hold(conn)
+
+    monkeypatch.setattr(Connection, "_hold_reading", spy)
 
     def prompt(req: schema.PromptRequest, ctx: PromptContext) -> Any:
         for i in range(n):
@@ -762,11 +774,15 @@ def test_slow_consumer_under_a_burst(no_thread_leak: None) -> None:
             return response
 
         pending, thread = in_thread(run)
-        assert sent_all.wait(WAIT * 6)
-        assert not pending.done()  # the answer is on our side already, held behind the updates
+        assert held.wait(WAIT * 6)  # the client stopped reading...
+        assert not sent_all.is_set()  # ...so the agent is blocked mid-burst
+        # What one read can add (64 KiB of ~100-byte lines) beyond the limit, at most.
+        assert MAX_QUEUED_MESSAGES <= backlog_when_held[0] < MAX_QUEUED_MESSAGES + 1000
+        assert not pending.done()
         gate.set()
         assert pending.result(WAIT * 6).stop_reason == "end_turn"
         thread.join(WAIT)
+        assert sent_all.is_set()
         assert count_at_return == [n]
         assert seen == [str(i) for i in range(n)]
     finally:
@@ -1023,3 +1039,51 @@ def test_no_thread_outlives_a_plain_close(no_thread_leak: None) -> None:
     a.close()
     b.close()
     assert wait_for_threads(before, allowed=[]) == []
+
+
+def test_backpressure_never_holds_an_answer_a_notification_handler_waits_for(no_thread_leak: None) -> None:
+    """The deadlock rule beats backpressure: a notification handler asks the peer something
+    while a burst far over MAX_QUEUED_MESSAGES is still on the wire ahead of the answer; the
+    reader keeps reading (past the limit) until the answer is in."""
+    a_side, b_side = memory_pair()
+    a = Connection(a_side, name="a", request_timeout=WAIT)
+    b = Connection(b_side, name="b", request_timeout=WAIT)
+    n = 3 * MAX_QUEUED_MESSAGES
+    answers: list[Any] = []
+    handled = threading.Event()
+    count = [0]
+
+    def on_note(params: Any) -> None:
+        if params["i"] == 0:
+            answers.append(a.request("b/ask", {"q": 1}))  # answered only after the whole burst
+        count[0] += 1
+        if count[0] == n:
+            handled.set()
+
+    sent_most = threading.Event()
+
+    def ask(params: Any, call: Any) -> Any:
+        # Answer only once far more than the limit is on its way: a held reader would never
+        # let the sender get that far.
+        assert sent_most.wait(WAIT * 3)
+        return {"a": params["q"] + 1}
+
+    def send() -> None:
+        for i in range(n):
+            b.notify("note", {"i": i})
+            if i == 2 * MAX_QUEUED_MESSAGES:
+                sent_most.set()
+
+    a.on_notification("note", on_note)
+    b.on_request("b/ask", ask)
+    a.start()
+    b.start()
+    try:
+        sender = threading.Thread(target=send)
+        sender.start()
+        assert handled.wait(WAIT * 3)
+        sender.join(WAIT)
+        assert answers == [{"a": 2}]
+    finally:
+        a.close()
+        b.close()
