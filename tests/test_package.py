@@ -38,3 +38,15 @@ def test_using_the_client_does_not_import_the_unstable_schema() -> None:
     code = "import sys, acp; acp.SyncClient; acp.SyncAgent; print('acp.schema.unstable' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_the_api_loads_no_network_or_event_loop_module() -> None:
+    # The remote transports' stdlib needs (cookies, urllib, ssl, asyncio) load only when used.
+    code = (
+        "import sys, acp; acp.SyncClient.builder().connect('http://h/acp'); acp.SyncAgent; "
+        "import acp.transport, acp.client.settings; "
+        "print(','.join(m for m in ('http.cookiejar', 'urllib.request', 'ssl', 'asyncio', 'email', "
+        "'httpx', 'websockets', 'uvicorn') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""

@@ -14,7 +14,6 @@ import os
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from http.cookiejar import CookieJar
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, Union, overload
 
 import msgspec
@@ -30,6 +29,8 @@ from ._handlers import HandlerSet
 from .context import ClientRequestContext
 
 if TYPE_CHECKING:
+    from http.cookiejar import CookieJar
+
     from .client import SyncClient
     from .settings import AgentSettings
 

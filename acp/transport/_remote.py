@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from http.cookiejar import CookieJar
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -19,6 +18,8 @@ from ..errors import ConnectionClosedError
 from ..rpc import DEFAULT_MAX_LINE_BYTES
 
 if TYPE_CHECKING:
+    from http.cookiejar import CookieJar  # the cookie support imports it when used
+
     from .base import Transport
 
 __all__ = [
