@@ -654,3 +654,52 @@ def test_the_scenario_agent_served_remotely_passes_the_conformance_check(profile
     assert {r.name for r in report.results if r.status == "PASS"} >= {
         "robust.garbage_line", "robust.invalid_request", "prompt.cancel", "prompt.no_updates_after_cancel"
     }
+
+
+def test_fuzzed_posts_never_take_the_server_down(served: tuple[HttpServer, DemoAgent]) -> None:
+    """Random bodies, content types and headers on POST /acp: every one gets an HTTP answer
+    (202 or 4xx/5xx, never a dropped connection), and a real client still works afterwards."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    server, _ = served
+    json_values = st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+        max_leaves=12,
+    )
+    messages = st.fixed_dictionaries(
+        {},
+        optional={
+            "jsonrpc": st.sampled_from(["2.0", "1.0", 2]),
+            "id": st.one_of(st.integers(), st.text(max_size=5), st.none(), st.lists(st.integers(), max_size=2)),
+            "method": st.one_of(st.sampled_from(["initialize", "session/new", "session/prompt", "session/cancel", "x"]), st.integers()),
+            "params": json_values,
+            "result": json_values,
+        },
+    )
+    bodies = st.one_of(st.binary(max_size=300), messages.map(lambda m: json.dumps(m).encode()))
+    with httpx.Client(timeout=WAIT) as wire:
+        cid = wire.post(server.url, json=INIT).headers[CONNECTION_ID_HEADER]
+
+        @settings(max_examples=int(os.environ.get("ACP_HTTP_FUZZ", "150")), deadline=None, suppress_health_check=list(HealthCheck))
+        @given(
+            body=bodies,
+            content_type=st.sampled_from(["application/json", "application/json; charset=utf-8", "text/plain", ""]),
+            with_cid=st.sampled_from([cid, None, "bogus"]),
+            session=st.sampled_from([None, "s1", "zz"]),
+        )
+        def post(body: bytes, content_type: str, with_cid: str | None, session: str | None) -> None:
+            headers = {"Content-Type": content_type} if content_type else {}
+            if with_cid is not None:
+                headers[CONNECTION_ID_HEADER] = with_cid
+            if session is not None:
+                headers[SESSION_ID_HEADER] = session
+            status = wire.post(server.url, content=body, headers=headers).status_code
+            assert status in (200, 202, 400, 404, 415, 501, 503), status
+
+        post()
+        assert wire.delete(server.url, headers={CONNECTION_ID_HEADER: cid}).status_code == 202
+    with SyncClient.builder().connect(server.url).build() as client:
+        client.initialize()
+        assert client.new_session(cwd="/w").session_id
