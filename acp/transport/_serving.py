@@ -8,15 +8,20 @@ from __future__ import annotations
 
 import http
 import logging
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from types import TracebackType
 from typing import TYPE_CHECKING, Protocol, Union
 from urllib.parse import urlsplit
+
+from typing_extensions import Self
 
 if TYPE_CHECKING:
     from .base import Transport
 
 __all__ = [
     "Authenticator",
+    "BackgroundServer",
     "ConnectionServer",
     "Headers",
     "OriginPolicy",
@@ -129,3 +134,40 @@ class Headers(Mapping[str, str]):
 
     def __repr__(self) -> str:
         return f"Headers({self._items!r})"
+
+
+class BackgroundServer:
+    """What the servers that run in background threads share (``WebSocketServer``,
+    ``HttpServer``): :meth:`serve_forever`, :attr:`closed` and ``with``. A subclass sets
+    ``self._closed`` when its :meth:`close` has finished."""
+
+    _closed: threading.Event
+
+    def close(self, timeout: float | None = 5.0, *, cancel: bool = True) -> None:
+        """Stop serving (see the subclass)."""
+        raise NotImplementedError
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` finished."""
+        return self._closed.is_set()
+
+    def serve_forever(self) -> None:
+        """Block until :meth:`close` (from another thread, or a signal handler) finished.
+        A ``KeyboardInterrupt`` closes the server, then propagates."""
+        try:
+            self._closed.wait()
+        except KeyboardInterrupt:
+            self.close()
+            raise
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

@@ -44,7 +44,6 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
-from types import TracebackType
 from typing import Any
 
 from ..errors import ConnectionClosedError
@@ -57,6 +56,7 @@ from ._remote import (
 )
 from ._serving import (
     Authenticator,
+    BackgroundServer,
     ConnectionServer,
     Headers,
     OriginPolicy,
@@ -440,6 +440,16 @@ class AcpAsgiApp:
             return True
         return bool(root) and path.startswith(root) and path[len(root):] == self.path
 
+    def _unavailable(self) -> str | None:
+        """Why a new connection gets 503 now (closing, or full), or None."""
+        with self._lock:
+            if self._closing:
+                return "Service Unavailable: the server is closing"
+            if len(self._http) + len(self._ws) >= self._max_connections:
+                _log.warning("refused a connection: %d connections open", self._max_connections)
+                return "Service Unavailable: too many connections"
+        return None
+
     def _gate(self, scope: Scope, headers: Headers) -> tuple[int, str] | None:
         """Path, Origin, authentication: None to go on, or the refusal."""
         if not self._path_ok(scope):
@@ -516,11 +526,9 @@ class AcpAsgiApp:
         await _respond(send, 202, None)
 
     async def _initialize(self, scope: Scope, send: Send, msg: rpc.Request, line: bytes) -> None:
-        with self._lock:
-            refused = self._closing
-            full = len(self._http) + len(self._ws) >= self._max_connections
-        if refused or full:
-            await _respond(send, 503, "Service Unavailable: " + ("the server is closing" if refused else "too many connections"))
+        unavailable = self._unavailable()
+        if unavailable is not None:
+            await _respond(send, 503, unavailable)
             return
         loop = asyncio.get_running_loop()
         conn = _HttpConnection(self, str(uuid.uuid4()), loop, _peer(scope))
@@ -684,11 +692,8 @@ class AcpAsgiApp:
         headers = Headers(scope.get("headers", ()))
         refusal = (404, "Not Found: WebSocket is not served here") if not self._accept_websocket else self._gate(scope, headers)
         if refusal is None:
-            with self._lock:
-                if self._closing:
-                    refusal = (503, "Service Unavailable: the server is closing")
-                elif len(self._http) + len(self._ws) >= self._max_connections:
-                    refusal = (503, "Service Unavailable: too many connections")
+            unavailable = self._unavailable()
+            refusal = None if unavailable is None else (503, unavailable)
         if refusal is not None:
             await _refuse_websocket(scope, send, refusal[0], refusal[1])
             return
@@ -852,7 +857,7 @@ def _peer(scope: Scope) -> str:
 # ------------------------------------------------------------------------- a ready server
 
 
-class HttpServer:
+class HttpServer(BackgroundServer):
     """An :class:`AcpAsgiApp` served by uvicorn in a background thread
     (``SyncAgent.serve_http`` makes it; ``pip install 'acp-sync[http]'``).
 
@@ -933,19 +938,6 @@ class HttpServer:
         """The agent connections open over this server."""
         return self.app.connections
 
-    @property
-    def closed(self) -> bool:
-        """True once :meth:`close` finished."""
-        return self._closed.is_set()
-
-    def serve_forever(self) -> None:
-        """Block until :meth:`close` finished; Ctrl-C closes the server, then propagates."""
-        try:
-            self._closed.wait()
-        except KeyboardInterrupt:
-            self.close()
-            raise
-
     def close(self, timeout: float | None = 5.0, *, cancel: bool = True) -> None:
         """End every connection gracefully (see :meth:`AcpAsgiApp.close`), then stop
         listening and join the server thread; idempotent."""
@@ -963,17 +955,6 @@ class HttpServer:
             self._server.run(sockets=[self._sock])
         except BaseException:  # pragma: no cover - uvicorn logs its own failures
             _log.exception("the HTTP server on port %d failed", self.port)
-
-    def __enter__(self) -> HttpServer:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"<HttpServer {self.url}{' closed' if self.closed else ''}>"

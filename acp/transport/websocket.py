@@ -32,7 +32,6 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from http.cookiejar import CookieJar
-from types import TracebackType
 from typing import TYPE_CHECKING
 
 from websockets.exceptions import ConnectionClosed, InvalidStatus, InvalidURI
@@ -54,6 +53,7 @@ from ._remote import (
 )
 from ._serving import (
     Authenticator,
+    BackgroundServer,
     ConnectionServer,
     OriginPolicy,
     RefuseConnection,
@@ -358,7 +358,7 @@ def connect_websocket(
 # ------------------------------------------------------------------------------------ server
 
 
-class WebSocketServer:
+class WebSocketServer(BackgroundServer):
     """A running WebSocket server for one :class:`~acp.agent.SyncAgent`
     (``SyncAgent.serve_websocket`` makes it).
 
@@ -450,20 +450,6 @@ class WebSocketServer:
         with self._lock:
             return list(self._handles)
 
-    @property
-    def closed(self) -> bool:
-        """True once :meth:`close` finished."""
-        return self._closed.is_set()
-
-    def serve_forever(self) -> None:
-        """Block until :meth:`close` (from another thread, or a signal handler) finished.
-        A ``KeyboardInterrupt`` closes the server, then propagates."""
-        try:
-            self._closed.wait()
-        except KeyboardInterrupt:
-            self.close()
-            raise
-
     def close(self, timeout: float | None = 5.0, *, cancel: bool = True) -> None:
         """Stop accepting, then close every connection gracefully; idempotent.
 
@@ -492,17 +478,6 @@ class WebSocketServer:
             self._server.shutdown()  # closes the socket, any straggler, joins handler threads
             self._thread.join(timeout)
             self._closed.set()
-
-    def __enter__(self) -> WebSocketServer:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"<WebSocketServer {self.url}{' closed' if self.closed else ''}>"
