@@ -890,6 +890,9 @@ class HttpServer(BackgroundServer):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             sock.bind((host, port))
+            # Listening now: uvicorn reports the lifespan startup before it starts accepting,
+            # and a client that connects in between must wait in the backlog, not be refused.
+            sock.listen(2048)
         except OSError:
             sock.close()
             raise
