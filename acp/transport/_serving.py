@@ -28,6 +28,8 @@ __all__ = [
     "RefuseConnection",
     "ServedConnection",
     "check_auth",
+    "close_connection",
+    "close_connections",
 ]
 
 _log = logging.getLogger("acp.transport")
@@ -171,3 +173,26 @@ class BackgroundServer:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def close_connection(handle: ServedConnection, timeout: float | None, cancel: bool) -> None:
+    """Close one served connection gracefully; with ``cancel`` its turns are cancelled first,
+    so their prompts are answered ``cancelled`` before the transport closes."""
+    try:
+        if cancel:
+            handle.cancel_turns()
+        handle.close(graceful=True, timeout=timeout)
+    except Exception:
+        _log.exception("%s: close failed", handle.name)
+
+
+def close_connections(handles: list[ServedConnection], timeout: float | None, cancel: bool) -> None:
+    """Close every connection at once (one thread each), so the total time is one ``timeout``."""
+    closers = [
+        threading.Thread(target=close_connection, args=(h, timeout, cancel), name=f"acp-close-{h.name}")
+        for h in handles
+    ]
+    for closer in closers:
+        closer.start()
+    for closer in closers:
+        closer.join()

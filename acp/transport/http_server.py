@@ -62,6 +62,8 @@ from ._serving import (
     OriginPolicy,
     ServedConnection,
     check_auth,
+    close_connection,
+    close_connections,
 )
 from .base import READ_CHUNK
 
@@ -373,7 +375,6 @@ class AcpAsgiApp:
         self._ws: set[ServedConnection] = set()
         self._lock = threading.Lock()  # guards _ws and _closing (close() runs off the loop)
         self._closing = False
-        self._closed = threading.Event()
         self.started = threading.Event()
         """Set when an ASGI server sent the lifespan startup event."""
 
@@ -399,15 +400,7 @@ class AcpAsgiApp:
             self._closing = True
         handles = self.connections
         _log.info("closing the ACP endpoint (%d connections)", len(handles))
-        closers = [
-            threading.Thread(target=_close_handle, args=(h, timeout, cancel), name=f"acp-http-close-{h.name}")
-            for h in handles
-        ]
-        for closer in closers:
-            closer.start()
-        for closer in closers:
-            closer.join()
-        self._closed.set()
+        close_connections(handles, timeout, cancel)
 
     # -- ASGI --------------------------------------------------------------------------------
 
@@ -658,7 +651,7 @@ class AcpAsgiApp:
         handle = conn.handle
         if handle is not None:
             threading.Thread(
-                target=_close_handle, args=(handle, 5.0, True), name=f"acp-http-close-{conn.id[:8]}", daemon=True
+                target=close_connection, args=(handle, 5.0, True), name=f"acp-http-close-{conn.id[:8]}", daemon=True
             ).start()
 
     def _arm_idle(self, conn: _HttpConnection) -> None:
@@ -749,7 +742,7 @@ class AcpAsgiApp:
                 sender.cancel()
             with self._lock:
                 self._ws.discard(handle)
-            await loop.run_in_executor(None, _close_handle, handle, 5.0, False)
+            await loop.run_in_executor(None, close_connection, handle, 5.0, False)
 
     def _ws_watchdog(
         self,
@@ -792,15 +785,6 @@ class AcpAsgiApp:
                 await out.wakeup.wait()
         except (OSError, RuntimeError):  # the client went away: sends fail or are refused
             return
-
-
-def _close_handle(handle: ServedConnection, timeout: float | None, cancel: bool) -> None:
-    try:
-        if cancel:
-            handle.cancel_turns()  # prompts in flight are answered "cancelled" before the end
-        handle.close(graceful=True, timeout=timeout)
-    except Exception:
-        _log.exception("%s: close failed", handle.name)
 
 
 async def _read_body(receive: Receive, limit: int) -> bytes | None:

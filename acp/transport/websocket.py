@@ -59,6 +59,7 @@ from ._serving import (
     RefuseConnection,
     ServedConnection,
     check_auth,
+    close_connections,
 )
 from .base import READ_CHUNK
 
@@ -465,16 +466,7 @@ class WebSocketServer(BackgroundServer):
                 self._closing = True  # new upgrades are refused with 503 from now on
                 handles = list(self._handles)
             _log.info("closing %s (%d connections)", self.url, len(handles))
-            closers = [
-                threading.Thread(
-                    target=_close_handle, args=(h, timeout, cancel), name=f"acp-ws-close-{h.name}"
-                )
-                for h in handles
-            ]
-            for closer in closers:
-                closer.start()
-            for closer in closers:
-                closer.join()
+            close_connections(handles, timeout, cancel)
             self._server.shutdown()  # closes the socket, any straggler, joins handler threads
             self._thread.join(timeout)
             self._closed.set()
@@ -549,16 +541,6 @@ class WebSocketServer(BackgroundServer):
         finally:
             with self._lock:
                 self._reserved.discard(ws)
-
-
-def _close_handle(handle: ServedConnection, timeout: float | None, cancel: bool) -> None:
-    try:
-        if cancel:
-            # Wake every turn so its handler answers "cancelled" before the socket closes.
-            handle.cancel_turns()
-        handle.close(graceful=True, timeout=timeout)
-    except Exception:
-        _log.exception("%s: close failed", handle.name)
 
 
 def _refuse(conn: ServerConnection, status: int, message: str) -> Response:
