@@ -45,11 +45,6 @@ AGENT_METHOD_CAPABILITY: dict[str, str] = {
     "providers/list": "providers",
     "providers/set": "providers",
     "providers/disable": "providers",
-    "nes/start": "nes",
-    "nes/suggest": "nes",
-    "nes/accept": "nes",
-    "nes/reject": "nes",
-    "nes/close": "nes",
 }
 
 # Agent -> client methods that the client must have advertised.
@@ -140,7 +135,6 @@ _AGENT_CHECKS: dict[str, Callable[[schema.AgentCapabilities], object]] = {
     "mcp_http": lambda a: a.mcp_capabilities.http,
     "mcp_sse": lambda a: a.mcp_capabilities.sse,
     "providers": lambda a: a.providers is not None,
-    "nes": lambda a: a.nes is not None,
 }
 _CLIENT_CHECKS: dict[str, Callable[[schema.ClientCapabilities], object]] = {
     "read_text_file": lambda c: c.fs.read_text_file,
@@ -343,14 +337,6 @@ class NegotiatedCapabilities:
     def require_providers(self) -> None:
         """Raise unless the agent handles ``providers/*`` (unstable)."""
         self.require("providers")
-
-    def supports_nes(self) -> bool:
-        """The agent handles ``nes/*`` (unstable)."""
-        return self.supports("nes")
-
-    def require_nes(self) -> None:
-        """Raise unless the agent handles ``nes/*`` (unstable)."""
-        self.require("nes")
 
     def supports_read_text_file(self) -> bool:
         """The client handles ``fs/read_text_file``."""

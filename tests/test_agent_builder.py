@@ -69,17 +69,17 @@ def test_unstable_registration_needs_opt_in() -> None:
     for register in (
         builder.fork_session_handler,
         builder.list_providers_handler,
-        builder.start_nes_handler,
-        builder.document_did_open_handler,
+        builder.set_provider_handler,
+        builder.mcp_message_handler,
     ):
         with pytest.raises(ValueError, match=r"unstable\(True\)"):
             register(_noop)
     with pytest.raises(ValueError, match=r"unstable\(True\)"):
-        builder.on_unstable("start_nes")(_noop)
-    builder.unstable(True).fork_session_handler(_noop).document_did_open_handler(_noop)
+        builder.on_unstable("list_providers")(_noop)
+    builder.unstable(True).fork_session_handler(_noop).list_providers_handler(_noop)
     caps = builder.build().spec.capabilities
     assert caps.session_capabilities.fork is not None
-    assert caps.nes is not None and caps.nes.events.document.did_open is not None
+    assert caps.providers is not None
 
 
 def test_derived_capabilities_in_the_initialize_answer(no_thread_leak: None) -> None:

@@ -432,7 +432,7 @@ def test_unstable_client_calls_need_opt_in(no_thread_leak: None) -> None:
 
     def prompt(req: S.PromptRequest, ctx: PromptContext) -> Any:
         try:
-            ctx.client.connect_mcp(U.ConnectMcpRequest(server_id="x"))
+            ctx.client.message_mcp(U.MessageMcpRequest(server_id="x", request_id="r1", method="tools/list"))
         except CapabilityError as exc:
             errors.append(str(exc))
         return None

@@ -88,7 +88,7 @@ def test_none_where_the_response_has_required_fields(no_thread_leak: None) -> No
 def test_unstable_methods_only_after_opt_in(no_thread_leak: None) -> None:
     from acp.schema import unstable as U
 
-    documents: list[Any] = []
+    messages: list[Any] = []
     stable_only = SyncAgent.builder().new_session_handler(lambda r, c: S.NewSessionResponse(session_id="s")).build()
     opted = (
         SyncAgent.builder()
@@ -96,8 +96,7 @@ def test_unstable_methods_only_after_opt_in(no_thread_leak: None) -> None:
         .new_session_handler(lambda r, c: S.NewSessionResponse(session_id="s"))
         .fork_session_handler(lambda r, c: U.ForkSessionResponse(session_id=r.session_id + "-fork"))
         .list_providers_handler(lambda r, c: U.ListProvidersResponse(providers=[]))
-        .start_nes_handler(lambda r, c: U.StartNesResponse(session_id="nes-1"))
-        .document_did_open_handler(documents.append)
+        .mcp_message_handler(lambda r, c: messages.append(r) or U.MessageMcpResponse(result={"ok": r.method}))
         .build()
     )
     with stable_only, opted:
@@ -106,7 +105,7 @@ def test_unstable_methods_only_after_opt_in(no_thread_leak: None) -> None:
         for method, params in (
             ("session/fork", {"sessionId": "s", "cwd": "/"}),
             ("providers/list", {}),
-            ("nes/start", {}),
+            ("mcp/message", {"serverId": "m", "requestId": "r1", "method": "tools/list"}),
         ):
             with pytest.raises(RequestError) as info:
                 plain.conn.request(method, params)
@@ -114,14 +113,11 @@ def test_unstable_methods_only_after_opt_in(no_thread_leak: None) -> None:
         client = FakeClient(opted.serve_in_process())
         caps = client.initialize()["agentCapabilities"]
         assert caps["sessionCapabilities"]["fork"] == {}
-        assert caps["providers"] == {} and "nes" in caps
+        assert caps["providers"] == {}
         assert client.conn.request("session/fork", {"sessionId": "s", "cwd": "/"}) == {"sessionId": "s-fork"}
         assert client.conn.request("providers/list", {}) == {"providers": []}
-        assert client.conn.request("nes/start", {}) == {"sessionId": "nes-1"}
-        client.conn.notify(
-            "document/didOpen", {"sessionId": "s", "uri": "file:///a", "languageId": "py", "version": 1, "text": "x"}
-        )
-        client.conn.request("providers/list", {})  # a round trip: the notification was handled
-        assert [d.uri for d in documents] == ["file:///a"]
+        answer = client.conn.request("mcp/message", {"serverId": "m", "requestId": "r1", "method": "tools/list"})
+        assert answer == {"result": {"ok": "tools/list"}}
+        assert [m.server_id for m in messages] == ["m"]
         plain.close()
         client.close()

@@ -644,10 +644,6 @@ def test_unstable_methods_need_the_opt_in(connect: Factory) -> None:
         lambda: client.fork_session("s", "/work"),
         lambda: client.list_providers(),
         lambda: client.set_provider("p", "openai", "http://x"),
-        lambda: client.start_nes(),
-        lambda: client.close_nes("s"),
-        lambda: client.did_open_document("s", "file:///a.py", "python", 1, "x"),
-        lambda: client.accept_nes("s", "n1"),
     ):
         with pytest.raises(CapabilityError, match=r"unstable\(True\)"):
             attempt()
@@ -662,14 +658,8 @@ def test_unstable_methods_after_the_opt_in(connect: Factory) -> None:
     assert client.list_providers().providers == []
     client.set_provider("p", "openai", "http://x")
     client.disable_provider("p")
-    assert client.start_nes().session_id == "nes-1"
-    client.did_open_document("sess-1", "file:///a.py", "python", 1, "print(1)")
-    client.close_nes("nes-1")  # a round trip: the notification before it was handled
-    assert side.agent.params_of("document/didOpen") == [
-        {"sessionId": "sess-1", "uri": "file:///a.py", "languageId": "python", "version": 1, "text": "print(1)"}]
     assert side.agent.methods() == [
-        "initialize", "session/fork", "providers/list", "providers/set", "providers/disable",
-        "nes/start", "document/didOpen", "nes/close"]
+        "initialize", "session/fork", "providers/list", "providers/set", "providers/disable"]
 
 
 def test_unstable_methods_still_need_the_agent_capability(connect: Factory) -> None:

@@ -132,8 +132,11 @@ def test_method_tables_cover_meta() -> None:
     meta = json.loads((SCHEMA_DIR / "v1" / "meta.unstable.json").read_text(encoding="utf-8"))
     stable_meta = json.loads((SCHEMA_DIR / "v1" / "meta.json").read_text(encoding="utf-8"))
     protocol = set(meta["protocolMethods"].values())
-    assert set(acp.schema.AGENT_METHODS) == set(meta["agentMethods"].values()) | protocol
-    assert set(acp.schema.CLIENT_METHODS) == set(meta["clientMethods"].values()) | protocol
+    proxy = set(meta["proxyMethods"].values())
+    assert set(acp.schema.AGENT_METHODS) == set(meta["agentMethods"].values()) | protocol | proxy
+    assert set(acp.schema.CLIENT_METHODS) == set(meta["clientMethods"].values()) | protocol | {"proxy/successor"}
+    flagged = {name for t in (acp.schema.AGENT_METHODS, acp.schema.CLIENT_METHODS) for name, s in t.items() if s.proxy}
+    assert flagged == proxy
     stable = set(stable_meta["agentMethods"].values()) | set(stable_meta["clientMethods"].values()) | protocol
     for table in (acp.schema.AGENT_METHODS, acp.schema.CLIENT_METHODS):
         for name, spec in table.items():

@@ -251,6 +251,7 @@ class MethodRow:
     params: str
     result: str | None
     unstable: bool
+    proxy: bool = False
 
 
 @dataclass
@@ -607,6 +608,8 @@ class Generator:
             tagged.append((tag[1], self.add_variant(name, alt, tag, base_props, base_req, unstable)))
         resolved = name in self.resolved_unions
         unknown = f"Unknown{name}" if tag_field else None
+        if unknown in self.defs:  # StateUpdate has a real variant named UnknownStateUpdate
+            unknown += "Variant"
         if tagged and not resolved and not catch_all and len(tagged) < 2:
             raise SystemExit(f"{name}: a tagged union needs two variants")
         self.model.unions.append(
@@ -679,19 +682,24 @@ class Generator:
             entry.setdefault(role, name)  # mcp/message: the request form wins over the notification
             sides.setdefault(method, set()).add(schema["x-side"])
         meta_u = self.inputs.meta_unstable
+        # Proxy-chain methods (conductor <-> proxy) go into both tables, flagged `proxy`: a proxy
+        # handles them on its agent side, and `proxy/successor` also arrives on the client side.
+        proxy_names = list(meta_u.get("proxyMethods", {}).values())
         agent_names = list(meta_u["agentMethods"].values()) + list(meta_u["protocolMethods"].values())
         client_names = list(meta_u["clientMethods"].values()) + list(meta_u["protocolMethods"].values())
         for table, names, side in (
-            (self.model.agent_methods, agent_names, "agent"),
-            (self.model.client_methods, client_names, "client"),
+            (self.model.agent_methods, agent_names + proxy_names, "agent"),
+            (self.model.client_methods, client_names + [m for m in proxy_names if m == "proxy/successor"], "client"),
         ):
             for method in names:
                 entry = by_method[method]
-                if not sides[method] & {side, "both", "protocol"}:
+                if not sides[method] & {side, "both", "protocol", "proxy"}:
                     raise SystemExit(f"{method}: x-side {sides[method]} does not match {side}")
                 params = entry.get("request") or entry["notification"]
                 result = entry.get("response") if "request" in entry else None
-                table.append(MethodRow(method, params, result, method not in stable_names))
+                table.append(
+                    MethodRow(method, params, result, method not in stable_names, method in proxy_names)
+                )
 
     def _envelope_roles(self) -> dict[str, str]:
         """Which x-method types are request params, results or notification params, read from
@@ -716,7 +724,12 @@ class Generator:
             ("ClientResponse", "response"),
             ("AgentNotification", "notification"),
             ("ClientNotification", "notification"),
+            ("ProxyRequest", "request"),
+            ("ProxyResponse", "response"),
+            ("ProxyNotification", "notification"),
         ):
+            if env not in self.defs:  # the proxy envelopes exist only in the unstable schema
+                continue
             for target in refs(self.defs[env]):
                 roles.setdefault(target, role)
         # Protocol-level notifications ($/cancel_request) are inlined at the schema root.
@@ -1023,7 +1036,9 @@ def render_tables(view: ModuleView) -> list[str]:
                 continue
             out.append(
                 f"    {py_literal(row.wire)}: MethodSpec({py_literal(row.wire)}, {row.params}, "
-                f"{row.result or 'None'}, {row.unstable}),"
+                f"{row.result or 'None'}, {row.unstable}"
+                + (", proxy=True" if row.proxy else "")
+                + "),"
             )
         out += ["})", ""]
     return out

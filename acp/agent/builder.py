@@ -14,7 +14,7 @@ without the leading ``_``; ``build()`` refuses a capability declared without its
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar, overload
@@ -80,7 +80,6 @@ class SyncAgentBuilder:
         self._max_prompt: float | None = None
         self._close_timeout = DEFAULT_CLOSE_TIMEOUT
         self._unstable = False
-        self._nes: Any = None
         self._name = "acp-agent"
 
     # ---------------------------------------------------------------- plumbing
@@ -224,7 +223,7 @@ class SyncAgentBuilder:
     # ---------------------------------------------------------------- unstable (opt-in)
 
     def unstable(self, enabled: bool = True) -> Self:
-        """Opt in to unstable ACP methods (fork, providers, NES, documents, MCP-over-ACP).
+        """Opt in to unstable ACP methods (fork, providers, MCP-over-ACP, ...).
         Without it their registration raises, and the wire answers them -32601."""
         if not enabled and any(AGENT_HANDLERS[n].unstable for n in self._names()):
             raise ValueError("unstable(False): unstable handlers are already registered")
@@ -253,54 +252,6 @@ class SyncAgentBuilder:
     def mcp_message_handler(self, fn: Callable[[_unstable.MessageMcpRequest, AgentRequestContext], Any]) -> Self:
         """Unstable ``mcp/message`` (client to agent)."""
         return self._register("mcp_message", fn)
-
-    def start_nes_handler(self, fn: Callable[[_unstable.StartNesRequest, AgentRequestContext], _unstable.StartNesResponse]) -> Self:
-        """Unstable ``nes/start``."""
-        return self._register("start_nes", fn)
-
-    def suggest_nes_handler(self, fn: Callable[[_unstable.SuggestNesRequest, AgentRequestContext], _unstable.SuggestNesResponse]) -> Self:
-        """Unstable ``nes/suggest``."""
-        return self._register("suggest_nes", fn)
-
-    def close_nes_handler(self, fn: Callable[[_unstable.CloseNesRequest, AgentRequestContext], Any]) -> Self:
-        """Unstable ``nes/close``."""
-        return self._register("close_nes", fn)
-
-    def accept_nes_handler(self, fn: Callable[[_unstable.AcceptNesNotification], Any]) -> Self:
-        """Unstable ``nes/accept`` notification."""
-        return self._register("accept_nes", fn)
-
-    def reject_nes_handler(self, fn: Callable[[_unstable.RejectNesNotification], Any]) -> Self:
-        """Unstable ``nes/reject`` notification."""
-        return self._register("reject_nes", fn)
-
-    def document_did_open_handler(self, fn: Callable[[_unstable.DidOpenDocumentNotification], Any]) -> Self:
-        """Unstable ``document/didOpen`` notification."""
-        return self._register("document_did_open", fn)
-
-    def document_did_change_handler(self, fn: Callable[[_unstable.DidChangeDocumentNotification], Any]) -> Self:
-        """Unstable ``document/didChange`` notification."""
-        return self._register("document_did_change", fn)
-
-    def document_did_close_handler(self, fn: Callable[[_unstable.DidCloseDocumentNotification], Any]) -> Self:
-        """Unstable ``document/didClose`` notification."""
-        return self._register("document_did_close", fn)
-
-    def document_did_save_handler(self, fn: Callable[[_unstable.DidSaveDocumentNotification], Any]) -> Self:
-        """Unstable ``document/didSave`` notification."""
-        return self._register("document_did_save", fn)
-
-    def document_did_focus_handler(self, fn: Callable[[_unstable.DidFocusDocumentNotification], Any]) -> Self:
-        """Unstable ``document/didFocus`` notification."""
-        return self._register("document_did_focus", fn)
-
-    def nes_capabilities(self, capabilities: _unstable.NesCapabilities) -> Self:
-        """Unstable: the ``nes`` capabilities to advertise (default: derived from the NES and
-        document handlers registered)."""
-        if not self._unstable:
-            raise ValueError("nes_capabilities: call .unstable(True) on the builder first")
-        self._nes = capabilities
-        return self
 
     # ---------------------------------------------------------------- options
 
@@ -461,7 +412,7 @@ class SyncAgentBuilder:
         return fn
 
     def on_unstable(self, name: str) -> Callable[[F], F]:
-        """Decorator for any unstable method by builder name, e.g. ``@on_unstable("start_nes")``."""
+        """Decorator for any unstable method by builder name, e.g. ``@on_unstable("list_providers")``."""
         row = AGENT_HANDLERS.get(name)
         if row is None or not row.unstable:
             raise ValueError(f"on_unstable: {name!r} is not an unstable agent method")
@@ -495,9 +446,6 @@ class SyncAgentBuilder:
             mcp=self._mcp,
             additional_directories=self._additional_directories,
         )
-        nes = self._nes if self._nes is not None else _derive_nes(self._handlers.keys())
-        if nes is not None:
-            capabilities.nes = nes
         spec = AgentSpec(
             handlers=dict(self._handlers),
             ext_requests=dict(self._ext_requests),
@@ -514,25 +462,6 @@ class SyncAgentBuilder:
             name=self._name,
         )
         return SyncAgent(spec)
-
-
-def _derive_nes(methods: Sequence[str] | Any) -> Any:
-    wires = set(methods)
-    if not any(w.startswith(("nes/", "document/")) for w in wires):
-        return None
-    from ..schema import unstable
-
-    document = unstable.NesDocumentEventCapabilities(
-        did_open=unstable.NesDocumentDidOpenCapabilities() if "document/didOpen" in wires else None,
-        did_change=(
-            unstable.NesDocumentDidChangeCapabilities(sync_kind="full") if "document/didChange" in wires else None
-        ),
-        did_close=unstable.NesDocumentDidCloseCapabilities() if "document/didClose" in wires else None,
-        did_save=unstable.NesDocumentDidSaveCapabilities() if "document/didSave" in wires else None,
-        did_focus=unstable.NesDocumentDidFocusCapabilities() if "document/didFocus" in wires else None,
-    )
-    events = unstable.NesEventCapabilities(document=document) if any(w.startswith("document/") for w in wires) else None
-    return unstable.NesCapabilities(events=events)
 
 
 def _positive_or_none(what: str, seconds: float | None, allow_zero: bool = False) -> float | None:

@@ -225,30 +225,12 @@ class ClientProxy:
 
     # ---------------------------------------------------------------- unstable (opt-in)
 
-    def connect_mcp(self, request: _unstable.ConnectMcpRequest) -> _unstable.ConnectMcpResponse:
-        """Unstable ``mcp/connect`` (needs ``.unstable(True)``)."""
-        from ..schema import unstable
-
-        self._require_unstable("mcp/connect")
-        result: _unstable.ConnectMcpResponse = self._call("mcp/connect", request, unstable.ConnectMcpResponse)
-        return result
-
     def message_mcp(self, request: _unstable.MessageMcpRequest) -> _unstable.MessageMcpResponse:
         """Unstable ``mcp/message`` (needs ``.unstable(True)``)."""
         from ..schema import unstable
 
         self._require_unstable("mcp/message")
         result: _unstable.MessageMcpResponse = self._call("mcp/message", request, unstable.MessageMcpResponse)
-        return result
-
-    def disconnect_mcp(self, request: _unstable.DisconnectMcpRequest) -> _unstable.DisconnectMcpResponse:
-        """Unstable ``mcp/disconnect`` (needs ``.unstable(True)``)."""
-        from ..schema import unstable
-
-        self._require_unstable("mcp/disconnect")
-        result: _unstable.DisconnectMcpResponse = self._call(
-            "mcp/disconnect", request, unstable.DisconnectMcpResponse
-        )
         return result
 
 

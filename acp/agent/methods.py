@@ -46,16 +46,6 @@ _ROWS = (
     AgentMethod("set_provider", "providers/set", unstable=True),
     AgentMethod("disable_provider", "providers/disable", unstable=True),
     AgentMethod("mcp_message", "mcp/message", unstable=True),
-    AgentMethod("start_nes", "nes/start", unstable=True),
-    AgentMethod("suggest_nes", "nes/suggest", unstable=True),
-    AgentMethod("close_nes", "nes/close", unstable=True),
-    AgentMethod("accept_nes", "nes/accept", notification=True, unstable=True),
-    AgentMethod("reject_nes", "nes/reject", notification=True, unstable=True),
-    AgentMethod("document_did_open", "document/didOpen", notification=True, unstable=True),
-    AgentMethod("document_did_change", "document/didChange", notification=True, unstable=True),
-    AgentMethod("document_did_close", "document/didClose", notification=True, unstable=True),
-    AgentMethod("document_did_save", "document/didSave", notification=True, unstable=True),
-    AgentMethod("document_did_focus", "document/didFocus", notification=True, unstable=True),
 )
 
 AGENT_HANDLERS: dict[str, AgentMethod] = {row.name: row for row in _ROWS}

@@ -1,5 +1,4 @@
-"""The unstable client -> agent methods (``session/fork``, ``providers/*``, ``nes/*``,
-``document/*``): they always exist on :class:`~acp.client.SyncClient`, and raise
+"""The unstable client -> agent methods (``session/fork``, ``providers/*``, ...): they always exist on :class:`~acp.client.SyncClient`, and raise
 :class:`~acp.errors.CapabilityError` (nothing sent) unless the builder opted in with
 ``unstable(True)``. Their types live in :mod:`acp.schema.unstable`.
 """
@@ -80,58 +79,3 @@ class UnstableMethods:
         request = _u().DisableProviderRequest(provider_id=provider_id, field_meta=meta)
         result: u.DisableProviderResponse = self._send("providers/disable", request)
         return result
-
-    # -- next edit suggestions -------------------------------------------------------------
-
-    def start_nes(self, request: u.StartNesRequest | None = None) -> u.StartNesResponse:
-        """``nes/start`` (unstable): start a next-edit-suggestion session."""
-        result: u.StartNesResponse = self._send("nes/start", request if request is not None else _u().StartNesRequest())
-        return result
-
-    def suggest_nes(self, request: u.SuggestNesRequest) -> u.SuggestNesResponse:
-        """``nes/suggest`` (unstable): ask for edit suggestions at a position."""
-        result: u.SuggestNesResponse = self._send("nes/suggest", request)
-        return result
-
-    def accept_nes(self, session_id: str, suggestion_id: str, *, meta: dict[str, Any] | None = None) -> None:
-        """``nes/accept`` (unstable notification): the user took a suggestion."""
-        self._notify("nes/accept", _u().AcceptNesNotification(session_id=session_id, id=suggestion_id, field_meta=meta))
-
-    def reject_nes(
-        self, session_id: str, suggestion_id: str, reason: str | None = None, *, meta: dict[str, Any] | None = None
-    ) -> None:
-        """``nes/reject`` (unstable notification): the user dismissed a suggestion."""
-        notification = _u().RejectNesNotification(session_id=session_id, id=suggestion_id, reason=reason, field_meta=meta)
-        self._notify("nes/reject", notification)
-
-    def close_nes(self, session_id: str, *, meta: dict[str, Any] | None = None) -> u.CloseNesResponse:
-        """``nes/close`` (unstable): end a next-edit-suggestion session."""
-        result: u.CloseNesResponse = self._send("nes/close", _u().CloseNesRequest(session_id=session_id, field_meta=meta))
-        return result
-
-    # -- documents -------------------------------------------------------------------------
-
-    def did_open_document(
-        self, session_id: str, uri: str, language_id: str, version: int, text: str, *, meta: dict[str, Any] | None = None
-    ) -> None:
-        """``document/didOpen`` (unstable notification)."""
-        notification = _u().DidOpenDocumentNotification(
-            session_id=session_id, uri=uri, language_id=language_id, version=version, text=text, field_meta=meta
-        )
-        self._notify("document/didOpen", notification)
-
-    def did_change_document(self, notification: u.DidChangeDocumentNotification) -> None:
-        """``document/didChange`` (unstable notification)."""
-        self._notify("document/didChange", notification)
-
-    def did_close_document(self, session_id: str, uri: str, *, meta: dict[str, Any] | None = None) -> None:
-        """``document/didClose`` (unstable notification)."""
-        self._notify("document/didClose", _u().DidCloseDocumentNotification(session_id=session_id, uri=uri, field_meta=meta))
-
-    def did_save_document(self, session_id: str, uri: str, *, meta: dict[str, Any] | None = None) -> None:
-        """``document/didSave`` (unstable notification)."""
-        self._notify("document/didSave", _u().DidSaveDocumentNotification(session_id=session_id, uri=uri, field_meta=meta))
-
-    def did_focus_document(self, notification: u.DidFocusDocumentNotification) -> None:
-        """``document/didFocus`` (unstable notification)."""
-        self._notify("document/didFocus", notification)

@@ -61,29 +61,29 @@ SessionConfigGroupId: TypeAlias = str
 # Unique identifier for a session configuration option value group.
 
 ExtResponse: TypeAlias = Any
-# Allows for sending an arbitrary response to an [`ExtRequest`] that is not part of the ACP spec.
-# Extension methods provide a way to add custom functionality while maintaining protocol
+# Allows for sending an arbitrary response to an extension request that is not part of the ACP
+# spec. Extension methods provide a way to add custom functionality while maintaining protocol
 # compatibility.
 
 MessageId: TypeAlias = str
 # Unique identifier for a message within a session.
 
+CompactionId: TypeAlias = str
+# Unique identifier for a context compaction within a session.
+
 ExtNotification: TypeAlias = Any
-# Allows the Agent to send an arbitrary notification that is not part of the ACP spec. Extension
+# Allows either side to send an arbitrary notification that is not part of the ACP spec. Extension
 # notifications provide a way to send one-way messages for custom functionality while maintaining
 # protocol compatibility.
 
 ElicitationContentValue: TypeAlias = str | int | float | bool | list[str]
-# Allowed wire representations for [`ElicitationContentValue`].
+# Allowed wire representations for `ElicitationContentValue`.
 
 McpServerAcpId: TypeAlias = str
 # Unstable: Unique identifier for an MCP server using the ACP transport.
 
 PlanId: TypeAlias = str
 # Unstable: Unique identifier for a plan within a session.
-
-CompactionId: TypeAlias = str
-# Unstable: Unique identifier for a context compaction within a session.
 
 if TYPE_CHECKING:
     ToolKind: TypeAlias = Union[Literal["read", "edit", "delete", "move", "search", "execute", "think", "fetch", "switch_mode", "other"], str]
@@ -283,43 +283,10 @@ class PlanEntryStatuses:
 
 
 if TYPE_CHECKING:
-    TextDocumentSyncKind: TypeAlias = Union[Literal["full", "incremental"], str]
-else:
-    TextDocumentSyncKind = str
-# Unstable: How the agent wants document changes delivered. Open: unknown values are kept as plain
-# strs.
-
-
-class TextDocumentSyncKinds:
-    """Known values of `TextDocumentSyncKind` (an open enum: other values may arrive)."""
-
-    __slots__ = ()
-    FULL: Final = "full"
-    INCREMENTAL: Final = "incremental"
-
-
-if TYPE_CHECKING:
-    PositionEncodingKind: TypeAlias = Union[Literal["utf-16", "utf-32", "utf-8"], str]
-else:
-    PositionEncodingKind = str
-# Unstable: The encoding used for character offsets in positions. Open: unknown values are kept as
-# plain strs.
-
-
-class PositionEncodingKinds:
-    """Known values of `PositionEncodingKind` (an open enum: other values may arrive)."""
-
-    __slots__ = ()
-    UTF_16: Final = "utf-16"
-    UTF_32: Final = "utf-32"
-    UTF_8: Final = "utf-8"
-
-
-if TYPE_CHECKING:
     NoticeSeverity: TypeAlias = Union[Literal["info", "warning", "error"], str]
 else:
     NoticeSeverity = str
-# Unstable: Severity hint for a session notice. Open: unknown values are kept as plain strs.
+# Severity hint for a session notice. Open: unknown values are kept as plain strs.
 
 
 class NoticeSeverities:
@@ -335,7 +302,7 @@ if TYPE_CHECKING:
     CompactionStatus: TypeAlias = Union[Literal["in_progress", "completed", "failed", "cancelled"], str]
 else:
     CompactionStatus = str
-# Unstable: Lifecycle state of a context compaction. Open: unknown values are kept as plain strs.
+# Lifecycle state of a context compaction. Open: unknown values are kept as plain strs.
 
 
 class CompactionStatuses:
@@ -346,6 +313,39 @@ class CompactionStatuses:
     COMPLETED: Final = "completed"
     FAILED: Final = "failed"
     CANCELLED: Final = "cancelled"
+
+
+if TYPE_CHECKING:
+    SystemPromptMode: TypeAlias = Union[Literal["append", "override"], str]
+else:
+    SystemPromptMode = str
+# Unstable: How the Agent combines a client-provided system prompt with its own instructions.
+# Open: unknown values are kept as plain strs.
+
+
+class SystemPromptModes:
+    """Known values of `SystemPromptMode` (an open enum: other values may arrive)."""
+
+    __slots__ = ()
+    APPEND: Final = "append"
+    OVERRIDE: Final = "override"
+
+
+if TYPE_CHECKING:
+    SessionArchiveFilter: TypeAlias = Union[Literal["exclude", "include", "only"], str]
+else:
+    SessionArchiveFilter = str
+# Unstable: Which sessions `session/list` returns based on their archive state. Open: unknown
+# values are kept as plain strs.
+
+
+class SessionArchiveFilters:
+    """Known values of `SessionArchiveFilter` (an open enum: other values may arrive)."""
+
+    __slots__ = ()
+    EXCLUDE: Final = "exclude"
+    INCLUDE: Final = "include"
+    ONLY: Final = "only"
 
 
 
@@ -394,7 +394,7 @@ class ToolCallUpdate(_Struct, kw_only=True):
     kind: ToolKind | None = None
     status: ToolCallStatus | None = None
     title: str | None = None
-    name: str | None = None  # unstable
+    name: str | None = None
     content: list[ToolCallContent] | None = None
     locations: list[ToolCallLocation] | None = None
     raw_input: Any = None
@@ -780,8 +780,6 @@ class AgentCapabilities(_Struct, kw_only=True):
     session_capabilities: SessionCapabilities = msgspec.field(default_factory=lambda: SessionCapabilities())
     auth: AgentAuthCapabilities = msgspec.field(default_factory=lambda: AgentAuthCapabilities())
     providers: ProvidersCapabilities | None = None  # unstable
-    nes: NesCapabilities | None = None  # unstable
-    position_encoding: PositionEncodingKind | None = None  # unstable
     field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
 
 
@@ -809,7 +807,11 @@ class SessionCapabilities(_Struct, kw_only=True):
     list_: SessionListCapabilities | None = msgspec.field(default=None, name="list")
     delete: SessionDeleteCapabilities | None = None
     additional_directories: SessionAdditionalDirectoriesCapabilities | None = None
+    system_prompt: SessionSystemPromptCapabilities | None = None  # unstable
     fork: SessionForkCapabilities | None = None  # unstable
+    archive: SessionArchiveCapabilities | None = None  # unstable
+    status: SessionStatusCapabilities | None = None  # unstable
+    title: SessionTitleCapabilities | None = None  # unstable
     resume: SessionResumeCapabilities | None = None
     close: SessionCloseCapabilities | None = None
     field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
@@ -848,6 +850,7 @@ class SessionCloseCapabilities(_Struct, kw_only=True):
 class AgentAuthCapabilities(_Struct, kw_only=True):
     """Authentication-related capabilities supported by the agent."""
 
+    status: AuthStatusCapabilities | None = None  # unstable
     logout: LogoutCapabilities | None = None
     field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
 
@@ -1011,6 +1014,7 @@ class SessionInfo(_Struct, kw_only=True):
     additional_directories: list[str] | None = None
     title: str | None = None
     updated_at: str | None = None
+    archived: bool | None = None  # unstable
     field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
 
 
@@ -1093,7 +1097,7 @@ class ToolCall(_Struct, kw_only=True, tag_field="sessionUpdate", tag="tool_call"
 
     tool_call_id: ToolCallId
     title: str
-    name: str | None = None  # unstable
+    name: str | None = None
     kind: ToolKind | None = None
     status: ToolCallStatus | None = None
     content: list[ToolCallContent] | None = None
@@ -1193,6 +1197,43 @@ class UsageUpdate(_Struct, kw_only=True, tag_field="sessionUpdate", tag="usage_u
     field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
 
 
+class Notice(_Struct, kw_only=True, tag_field="sessionUpdate", tag="notice"):
+    """Fire-and-forget information for the user. Variant `sessionUpdate="notice"` of
+    `SessionUpdate`.
+    """
+
+    severity: NoticeSeverity
+    title: str
+    description: str | None = None
+    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
+
+
+class CompactionUpdate(_Struct, kw_only=True, tag_field="sessionUpdate", tag="compaction_update"):
+    """A context compaction upsert. The first notification fixes the compaction's timeline
+    position. Later updates with the same ID patch that entity in place. Agents MUST only send
+    this update when the Client advertised the `session.compaction` Client capability. Variant
+    `sessionUpdate="compaction_update"` of `SessionUpdate`.
+    """
+
+    compaction_id: CompactionId
+    status: CompactionStatus
+    summary: list[ContentBlock] | None = None
+    error: str | None = None
+    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
+
+
+class CompactionSummaryChunk(_Struct, kw_only=True, tag_field="sessionUpdate", tag="compaction_summary_chunk"):
+    """A content block appended to a compaction's summary. A first-seen ID creates an in-progress
+    compaction. Chunks append in receive order. Agents MUST only send this update when the
+    Client advertised the `session.compaction` Client capability. Variant
+    `sessionUpdate="compaction_summary_chunk"` of `SessionUpdate`.
+    """
+
+    compaction_id: CompactionId
+    content: ContentBlock
+    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
+
+
 class CompleteElicitationNotification(_Struct, kw_only=True):
     """Notification sent by the agent when a URL-based elicitation is complete."""
 
@@ -1223,11 +1264,10 @@ class ClientCapabilities(_Struct, kw_only=True):
     fs: FileSystemCapabilities = msgspec.field(default_factory=lambda: FileSystemCapabilities())
     terminal: bool = False
     session: ClientSessionCapabilities | None = None
+    subagents: SubagentCapabilities | None = None  # unstable
     plan: PlanCapabilities | None = None  # unstable
     auth: AuthCapabilities = msgspec.field(default_factory=lambda: AuthCapabilities())
     elicitation: ElicitationCapabilities | None = None
-    nes: ClientNesCapabilities | None = None  # unstable
-    position_encodings: list[PositionEncodingKind] | None = None  # unstable
     field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
 
 
@@ -1242,9 +1282,14 @@ class FileSystemCapabilities(_Struct, kw_only=True):
 class ClientSessionCapabilities(_Struct, kw_only=True):
     """Session-related capabilities supported by the client."""
 
-    compaction: CompactionCapabilities | None = None  # unstable
+    compaction: CompactionCapabilities | None = None
     config_options: SessionConfigOptionsCapabilities | None = None
+    notices: NoticeCapabilities | None = None
     field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
+
+
+class CompactionCapabilities(_Struct, kw_only=True):
+    """Client support for ID-addressed context compaction updates."""
 
 
 class SessionConfigOptionsCapabilities(_Struct, kw_only=True):
@@ -1258,6 +1303,10 @@ class BooleanConfigOptionCapabilities(_Struct, kw_only=True):
     """Capabilities for boolean session configuration options."""
 
     field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
+
+
+class NoticeCapabilities(_Struct, kw_only=True):
+    """Client support for presenting live notices to the user."""
 
 
 class AuthCapabilities(_Struct, kw_only=True):
@@ -1306,6 +1355,7 @@ class NewSessionRequest(_Struct, kw_only=True):
     cwd: str
     additional_directories: list[str] | None = None
     mcp_servers: list[McpServer]
+    system_prompt: SystemPrompt | None = None  # unstable
     field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
 
     def __post_init__(self) -> None:
@@ -1355,6 +1405,7 @@ class LoadSessionRequest(_Struct, kw_only=True):
     cwd: str
     additional_directories: list[str] | None = None
     session_id: SessionId
+    system_prompt: SystemPrompt | None = None  # unstable
     field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
 
     def __post_init__(self) -> None:
@@ -1366,6 +1417,7 @@ class ListSessionsRequest(_Struct, kw_only=True):
 
     cwd: str | None = None
     cursor: str | None = None
+    archived: SessionArchiveFilter | None = None  # unstable
     field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
 
 
@@ -1383,6 +1435,7 @@ class ResumeSessionRequest(_Struct, kw_only=True):
     cwd: str
     additional_directories: list[str] | None = None
     mcp_servers: list[McpServer] | None = None
+    system_prompt: SystemPrompt | None = None  # unstable
     field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
 
     def __post_init__(self) -> None:
@@ -1410,8 +1463,8 @@ class SetSessionConfigOptionRequest(_Struct, kw_only=True):
     session_id: SessionId
     config_id: SessionConfigId
     field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
-    value: bool | SessionConfigValueId
     type: str | None = None
+    value: bool | SessionConfigValueId
 
 
 class PromptRequest(_Struct, kw_only=True):
@@ -1559,122 +1612,58 @@ class CancelRequestNotification(_Struct, kw_only=True):
     field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
 
 
+class SessionSystemPromptCapabilities(_Struct, kw_only=True):
+    """Unstable: Capabilities for client-provided system prompts."""
+
+    mode: SessionSystemPromptModeCapabilities | None = None
+    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
+
+
+class SessionSystemPromptModeCapabilities(_Struct, kw_only=True):
+    """Unstable: System prompt delivery modes the agent supports in addition to `append`."""
+
+    override: SessionSystemPromptOverrideCapabilities | None = None
+    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
+
+
+class SessionSystemPromptOverrideCapabilities(_Struct, kw_only=True):
+    """Unstable: Capabilities for the `override` system prompt mode."""
+
+    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
+
+
 class SessionForkCapabilities(_Struct, kw_only=True):
     """Unstable: Capabilities for the `session/fork` method."""
 
     field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
 
 
+class SessionArchiveCapabilities(_Struct, kw_only=True):
+    """Unstable: Capabilities for `session/archive` and `session/unarchive`."""
+
+    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
+
+
+class SessionStatusCapabilities(_Struct, kw_only=True):
+    """Unstable: Capabilities for the `session/status` method."""
+
+    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
+
+
+class SessionTitleCapabilities(_Struct, kw_only=True):
+    """Unstable: Capabilities for Client-set session titles."""
+
+    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
+
+
+class AuthStatusCapabilities(_Struct, kw_only=True):
+    """Unstable: Auth status capabilities supported by the agent."""
+
+    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
+
+
 class ProvidersCapabilities(_Struct, kw_only=True):
     """Unstable: Provider configuration capabilities supported by the agent."""
-
-    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
-
-
-class NesCapabilities(_Struct, kw_only=True):
-    """Unstable: NES capabilities advertised by the agent during initialization."""
-
-    events: NesEventCapabilities | None = None
-    context: NesContextCapabilities | None = None
-    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
-
-
-class NesEventCapabilities(_Struct, kw_only=True):
-    """Unstable: Event capabilities the agent can consume."""
-
-    document: NesDocumentEventCapabilities | None = None
-    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
-
-
-class NesDocumentEventCapabilities(_Struct, kw_only=True):
-    """Unstable: Document event capabilities the agent wants to receive."""
-
-    did_open: NesDocumentDidOpenCapabilities | None = None
-    did_change: NesDocumentDidChangeCapabilities | None = None
-    did_close: NesDocumentDidCloseCapabilities | None = None
-    did_save: NesDocumentDidSaveCapabilities | None = None
-    did_focus: NesDocumentDidFocusCapabilities | None = None
-    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
-
-
-class NesDocumentDidOpenCapabilities(_Struct, kw_only=True):
-    """Unstable: Marker for `document/didOpen` capability support."""
-
-    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
-
-
-class NesDocumentDidChangeCapabilities(_Struct, kw_only=True):
-    """Unstable: Capabilities for `document/didChange` events."""
-
-    sync_kind: TextDocumentSyncKind
-    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
-
-
-class NesDocumentDidCloseCapabilities(_Struct, kw_only=True):
-    """Unstable: Marker for `document/didClose` capability support."""
-
-    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
-
-
-class NesDocumentDidSaveCapabilities(_Struct, kw_only=True):
-    """Unstable: Marker for `document/didSave` capability support."""
-
-    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
-
-
-class NesDocumentDidFocusCapabilities(_Struct, kw_only=True):
-    """Unstable: Marker for `document/didFocus` capability support."""
-
-    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
-
-
-class NesContextCapabilities(_Struct, kw_only=True):
-    """Unstable: Context capabilities the agent wants attached to each suggestion request."""
-
-    recent_files: NesRecentFilesCapabilities | None = None
-    related_snippets: NesRelatedSnippetsCapabilities | None = None
-    edit_history: NesEditHistoryCapabilities | None = None
-    user_actions: NesUserActionsCapabilities | None = None
-    open_files: NesOpenFilesCapabilities | None = None
-    diagnostics: NesDiagnosticsCapabilities | None = None
-    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
-
-
-class NesRecentFilesCapabilities(_Struct, kw_only=True):
-    """Unstable: Capabilities for recent files context."""
-
-    max_count: int | None = None
-    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
-
-
-class NesRelatedSnippetsCapabilities(_Struct, kw_only=True):
-    """Unstable: Capabilities for related snippets context."""
-
-    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
-
-
-class NesEditHistoryCapabilities(_Struct, kw_only=True):
-    """Unstable: Capabilities for edit history context."""
-
-    max_count: int | None = None
-    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
-
-
-class NesUserActionsCapabilities(_Struct, kw_only=True):
-    """Unstable: Capabilities for user actions context."""
-
-    max_count: int | None = None
-    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
-
-
-class NesOpenFilesCapabilities(_Struct, kw_only=True):
-    """Unstable: Capabilities for open files context."""
-
-    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
-
-
-class NesDiagnosticsCapabilities(_Struct, kw_only=True):
-    """Unstable: Capabilities for diagnostics context."""
 
     field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
 
@@ -1737,77 +1726,99 @@ class PlanRemoved(_Struct, kw_only=True, tag_field="sessionUpdate", tag="plan_re
     field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
 
 
-class Notice(_Struct, kw_only=True, tag_field="sessionUpdate", tag="notice"):
-    """Unstable: Fire-and-forget advisory information for the user. Variant
-    `sessionUpdate="notice"` of `SessionUpdate`.
+class SubagentSessionCapabilities(_Struct, kw_only=True):
+    """Unstable: Client-initiated session mutations permitted for a specific subagent session."""
+
+    cancel: SessionCancelCapabilities | None = None
+    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
+
+
+class SessionCancelCapabilities(_Struct, kw_only=True):
+    """Unstable: Capability to cancel work in a subagent session without ending that session."""
+
+    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
+
+
+class StateUpdateIdle(_Struct, kw_only=True, tag_field="state", tag="idle"):
+    """Unstable: The child is ready to process another prompt. Variant `state="idle"` of
+    `StateUpdate`.
     """
 
-    severity: NoticeSeverity
-    title: str
+    usage: Usage | None = None
+    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
+    stop_reason: str | None = None
+    error: Error | None = None
+
+
+class RunningStateUpdate(_Struct, kw_only=True, tag_field="state", tag="running"):
+    """Unstable: Foreground work is in progress. Variant `state="running"` of `StateUpdate`."""
+
+    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
+
+
+class RequiresActionStateUpdate(_Struct, kw_only=True, tag_field="state", tag="requires_action"):
+    """Unstable: Foreground work is blocked on user action. Variant `state="requires_action"` of
+    `StateUpdate`.
+    """
+
+    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
+
+
+class UnknownStateUpdate(_Struct, kw_only=True, tag_field="state", tag="unknown"):
+    """Unstable: The Agent cannot currently determine foreground activity. Variant
+    `state="unknown"` of `StateUpdate`.
+    """
+
+    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
+
+
+class SubagentUpdate(_Struct, kw_only=True, tag_field="sessionUpdate", tag="subagent_update"):
+    """Unstable: Notification that the enclosing parent session created and owns a child session.
+    Variant `sessionUpdate="subagent_update"` of `SessionUpdate`.
+    """
+
+    session_id: SessionId
+    title: str | None = None
     description: str | None = None
+    capabilities: SubagentSessionCapabilities | None = None
+    state: StateUpdate | None = None
+    cwd: str | None = None
+    additional_directories: list[str] | None = None
     field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
 
 
-class CompactionUpdate(_Struct, kw_only=True, tag_field="sessionUpdate", tag="compaction_update"):
-    """Unstable: A context compaction upsert. The first update fixes the compaction's timeline
-    position. Later updates with the same ID patch that entity in place. Agents MUST only send
-    this update when the Client advertised [`ClientSessionCapabilities::compaction`]. Variant
-    `sessionUpdate="compaction_update"` of `SessionUpdate`.
+class SessionMessage(_Struct, kw_only=True, tag_field="sessionUpdate", tag="session_message"):
+    """Unstable: An upsert for an inter-session message. Variant `sessionUpdate="session_message"`
+    of `SessionUpdate`.
     """
 
-    compaction_id: CompactionId
-    status: CompactionStatus
-    summary: list[ContentBlock] | None = None
-    error: str | None = None
+    message_id: MessageId
+    sender_session_id: SessionId | None = None
+    recipient_session_id: SessionId | None = None
+    sender_message_id: MessageId | None = None
+    recipient_message_id: MessageId | None = None
+    content: list[ContentBlock] | None = None
     field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
 
 
-class CompactionSummaryChunk(_Struct, kw_only=True, tag_field="sessionUpdate", tag="compaction_summary_chunk"):
-    """Unstable: A content block appended to the retained summary of an in-progress compaction.
-    Agents send chunks only after an `in_progress` update and before the terminal update for the
-    same ID. Agents MUST only send this update when the Client advertised
-    [`ClientSessionCapabilities::compaction`]. Variant
-    `sessionUpdate="compaction_summary_chunk"` of `SessionUpdate`.
+class SessionMessageChunk(_Struct, kw_only=True, tag_field="sessionUpdate", tag="session_message_chunk"):
+    """Unstable: A streamed content block of an inter-session message. Variant
+    `sessionUpdate="session_message_chunk"` of `SessionUpdate`.
     """
 
-    compaction_id: CompactionId
+    message_id: MessageId
     content: ContentBlock
     field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
 
 
-class CompactionCapabilities(_Struct, kw_only=True):
-    """Unstable: Client support for ID-addressed context compaction updates."""
+class SubagentCapabilities(_Struct, kw_only=True):
+    """Unstable: Capability marker for exposing reusable child sessions as restricted ACP sessions."""
+
+    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
 
 
 class PlanCapabilities(_Struct, kw_only=True):
     """Unstable: Capabilities for receiving `plan_update` and `plan_removed` session updates."""
-
-    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
-
-
-class ClientNesCapabilities(_Struct, kw_only=True):
-    """Unstable: NES capabilities advertised by the client during initialization."""
-
-    jump: NesJumpCapabilities | None = None
-    rename: NesRenameCapabilities | None = None
-    search_and_replace: NesSearchAndReplaceCapabilities | None = None
-    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
-
-
-class NesJumpCapabilities(_Struct, kw_only=True):
-    """Unstable: Marker for jump suggestion support."""
-
-    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
-
-
-class NesRenameCapabilities(_Struct, kw_only=True):
-    """Unstable: Marker for rename suggestion support."""
-
-    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
-
-
-class NesSearchAndReplaceCapabilities(_Struct, kw_only=True):
-    """Unstable: Marker for search and replace suggestion support."""
 
     field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
 
@@ -1817,6 +1828,14 @@ class McpServerAcp(_Struct, kw_only=True, tag_field="type", tag="acp"):
 
     name: str
     server_id: McpServerAcpId
+    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
+
+
+class SystemPrompt(_Struct, kw_only=True):
+    """Unstable: Client-provided system-level instructions for a session."""
+
+    mode: SystemPromptMode
+    content: list[ContentBlock]
     field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
 
 
@@ -1942,6 +1961,14 @@ class UnknownPlanUpdateContent(UnknownVariant):
     TAG_FIELD: ClassVar[str] = "type"
 
 
+class UnknownStateUpdateVariant(UnknownVariant):
+    """A `StateUpdate` whose `state` this SDK does not know: the raw JSON object (a dict), written
+    back unchanged when encoded.
+    """
+
+    TAG_FIELD: ClassVar[str] = "state"
+
+
 # ---- unions and aliases of message types ----
 
 AvailableCommandInput: TypeAlias = UnstructuredCommandInput
@@ -2002,9 +2029,9 @@ else:
 # Possible values for a session configuration option.
 
 if TYPE_CHECKING:
-    SessionUpdate: TypeAlias = Union[UserMessageChunk, AgentMessageChunk, AgentThoughtChunk, ToolCall, ToolCallProgress, Plan, PlanUpdate, PlanRemoved, AvailableCommandsUpdate, CurrentModeUpdate, ConfigOptionUpdate, SessionInfoUpdate, UsageUpdate, Notice, CompactionUpdate, CompactionSummaryChunk, UnknownSessionUpdate]
+    SessionUpdate: TypeAlias = Union[UserMessageChunk, AgentMessageChunk, AgentThoughtChunk, ToolCall, ToolCallProgress, Plan, PlanUpdate, PlanRemoved, AvailableCommandsUpdate, CurrentModeUpdate, ConfigOptionUpdate, SessionInfoUpdate, UsageUpdate, Notice, CompactionUpdate, CompactionSummaryChunk, SubagentUpdate, SessionMessage, SessionMessageChunk, UnknownSessionUpdate]
 else:
-    SessionUpdate = Union[UserMessageChunk, AgentMessageChunk, AgentThoughtChunk, ToolCall, ToolCallProgress, Plan, PlanUpdate, PlanRemoved, AvailableCommandsUpdate, CurrentModeUpdate, ConfigOptionUpdate, SessionInfoUpdate, UsageUpdate, Notice, CompactionUpdate, CompactionSummaryChunk]
+    SessionUpdate = Union[UserMessageChunk, AgentMessageChunk, AgentThoughtChunk, ToolCall, ToolCallProgress, Plan, PlanUpdate, PlanRemoved, AvailableCommandsUpdate, CurrentModeUpdate, ConfigOptionUpdate, SessionInfoUpdate, UsageUpdate, Notice, CompactionUpdate, CompactionSummaryChunk, SubagentUpdate, SessionMessage, SessionMessageChunk]
 # Different types of updates that can be sent during session processing.
 
 if TYPE_CHECKING:
@@ -2031,6 +2058,12 @@ else:
     PlanUpdateContent = Union[PlanItems, PlanFile, PlanMarkdown]
 # Unstable: Updated content for a plan.
 
+if TYPE_CHECKING:
+    StateUpdate: TypeAlias = Union[RunningStateUpdate, StateUpdateIdle, RequiresActionStateUpdate, UnknownStateUpdate, UnknownStateUpdateVariant]
+else:
+    StateUpdate = Union[RunningStateUpdate, StateUpdateIdle, RequiresActionStateUpdate, UnknownStateUpdate]
+# Unstable: Current foreground-work state of a reusable child session.
+
 
 # ---- bookkeeping used by acp.schema._runtime ----
 
@@ -2045,12 +2078,13 @@ _TAGGED_UNIONS: Final[dict[str, str]] = {
     "RequestPermissionOutcome": "UnknownRequestPermissionOutcome",
     "CreateElicitationResponse": "UnknownCreateElicitationResponse",
     "PlanUpdateContent": "UnknownPlanUpdateContent",
+    "StateUpdate": "UnknownStateUpdateVariant",
 }
 
 # x-deserialize-default-on-error: a malformed value falls back to the default.
 _LENIENT_FIELDS: Final[dict[str, tuple[str, ...]]] = {
     "WriteTextFileRequest": ("field_meta",),
-    "ReadTextFileRequest": ("line", "limit", "field_meta",),
+    "ReadTextFileRequest": ("field_meta",),
     "RequestPermissionRequest": ("field_meta",),
     "ToolCallUpdate": ("kind", "status", "title", "name", "content", "locations", "raw_input", "raw_output", "field_meta",),
     "Annotations": ("audience", "last_modified", "priority", "field_meta",),
@@ -2066,7 +2100,7 @@ _LENIENT_FIELDS: Final[dict[str, tuple[str, ...]]] = {
     "Terminal": ("field_meta",),
     "ToolCallLocation": ("line", "field_meta",),
     "PermissionOption": ("field_meta",),
-    "CreateTerminalRequest": ("args", "env", "cwd", "output_byte_limit", "field_meta",),
+    "CreateTerminalRequest": ("field_meta",),
     "EnvVariable": ("field_meta",),
     "TerminalOutputRequest": ("field_meta",),
     "ReleaseTerminalRequest": ("field_meta",),
@@ -2087,18 +2121,18 @@ _LENIENT_FIELDS: Final[dict[str, tuple[str, ...]]] = {
     "ElicitationFormMode": ("tool_call_id",),
     "ElicitationUrlMode": ("tool_call_id",),
     "InitializeResponse": ("agent_capabilities", "auth_methods", "agent_info", "field_meta",),
-    "AgentCapabilities": ("load_session", "prompt_capabilities", "mcp_capabilities", "session_capabilities", "auth", "providers", "nes", "position_encoding", "field_meta",),
+    "AgentCapabilities": ("load_session", "prompt_capabilities", "mcp_capabilities", "session_capabilities", "auth", "providers", "field_meta",),
     "PromptCapabilities": ("image", "audio", "embedded_context", "field_meta",),
     "McpCapabilities": ("http", "sse", "acp", "field_meta",),
-    "SessionCapabilities": ("list_", "delete", "additional_directories", "fork", "resume", "close", "field_meta",),
+    "SessionCapabilities": ("list_", "delete", "additional_directories", "system_prompt", "fork", "archive", "status", "title", "resume", "close", "field_meta",),
     "SessionListCapabilities": ("field_meta",),
     "SessionDeleteCapabilities": ("field_meta",),
     "SessionAdditionalDirectoriesCapabilities": ("field_meta",),
     "SessionResumeCapabilities": ("field_meta",),
     "SessionCloseCapabilities": ("field_meta",),
-    "AgentAuthCapabilities": ("logout", "field_meta",),
+    "AgentAuthCapabilities": ("status", "logout", "field_meta",),
     "LogoutCapabilities": ("field_meta",),
-    "AuthMethodTerminal": ("description", "args", "env", "field_meta",),
+    "AuthMethodTerminal": ("description", "field_meta",),
     "AuthMethodAgent": ("description", "field_meta",),
     "Implementation": ("title", "field_meta",),
     "AuthenticateResponse": ("field_meta",),
@@ -2112,7 +2146,7 @@ _LENIENT_FIELDS: Final[dict[str, tuple[str, ...]]] = {
     "SessionConfigSelectGroup": ("options", "field_meta",),
     "LoadSessionResponse": ("modes", "config_options", "field_meta",),
     "ListSessionsResponse": ("sessions", "next_cursor", "field_meta",),
-    "SessionInfo": ("additional_directories", "title", "updated_at", "field_meta",),
+    "SessionInfo": ("additional_directories", "title", "updated_at", "archived", "field_meta",),
     "DeleteSessionResponse": ("field_meta",),
     "ResumeSessionResponse": ("modes", "config_options", "field_meta",),
     "CloseSessionResponse": ("field_meta",),
@@ -2137,11 +2171,14 @@ _LENIENT_FIELDS: Final[dict[str, tuple[str, ...]]] = {
     "SessionInfoUpdate": ("title", "updated_at", "field_meta",),
     "Cost": ("field_meta",),
     "UsageUpdate": ("cost", "field_meta",),
+    "Notice": ("description", "field_meta",),
+    "CompactionUpdate": ("summary", "error", "field_meta",),
+    "CompactionSummaryChunk": ("field_meta",),
     "CompleteElicitationNotification": ("field_meta",),
     "InitializeRequest": ("client_capabilities", "client_info", "field_meta",),
-    "ClientCapabilities": ("fs", "terminal", "session", "plan", "auth", "elicitation", "nes", "position_encodings", "field_meta",),
+    "ClientCapabilities": ("fs", "terminal", "session", "subagents", "plan", "auth", "elicitation", "field_meta",),
     "FileSystemCapabilities": ("read_text_file", "write_text_file", "field_meta",),
-    "ClientSessionCapabilities": ("compaction", "config_options", "field_meta",),
+    "ClientSessionCapabilities": ("compaction", "config_options", "notices", "field_meta",),
     "SessionConfigOptionsCapabilities": ("boolean", "field_meta",),
     "BooleanConfigOptionCapabilities": ("field_meta",),
     "AuthCapabilities": ("terminal", "field_meta",),
@@ -2150,15 +2187,15 @@ _LENIENT_FIELDS: Final[dict[str, tuple[str, ...]]] = {
     "ElicitationUrlCapabilities": ("field_meta",),
     "AuthenticateRequest": ("field_meta",),
     "LogoutRequest": ("field_meta",),
-    "NewSessionRequest": ("additional_directories", "mcp_servers", "field_meta",),
+    "NewSessionRequest": ("field_meta",),
     "HttpHeader": ("field_meta",),
     "McpServerHttp": ("field_meta",),
     "McpServerSse": ("field_meta",),
     "McpServerStdio": ("field_meta",),
-    "LoadSessionRequest": ("mcp_servers", "additional_directories", "field_meta",),
+    "LoadSessionRequest": ("field_meta",),
     "ListSessionsRequest": ("field_meta",),
     "DeleteSessionRequest": ("field_meta",),
-    "ResumeSessionRequest": ("additional_directories", "mcp_servers", "field_meta",),
+    "ResumeSessionRequest": ("field_meta",),
     "CloseSessionRequest": ("field_meta",),
     "SetSessionModeRequest": ("field_meta",),
     "SetSessionConfigOptionRequest": ("field_meta",),
@@ -2178,48 +2215,42 @@ _LENIENT_FIELDS: Final[dict[str, tuple[str, ...]]] = {
     "CreateElicitationResponseCancel": ("field_meta",),
     "CancelNotification": ("field_meta",),
     "CancelRequestNotification": ("field_meta",),
+    "SessionSystemPromptCapabilities": ("mode", "field_meta",),
+    "SessionSystemPromptModeCapabilities": ("override", "field_meta",),
+    "SessionSystemPromptOverrideCapabilities": ("field_meta",),
     "SessionForkCapabilities": ("field_meta",),
+    "SessionArchiveCapabilities": ("field_meta",),
+    "SessionStatusCapabilities": ("field_meta",),
+    "SessionTitleCapabilities": ("field_meta",),
+    "AuthStatusCapabilities": ("field_meta",),
     "ProvidersCapabilities": ("field_meta",),
-    "NesCapabilities": ("events", "context", "field_meta",),
-    "NesEventCapabilities": ("document", "field_meta",),
-    "NesDocumentEventCapabilities": ("did_open", "did_change", "did_close", "did_save", "did_focus", "field_meta",),
-    "NesDocumentDidOpenCapabilities": ("field_meta",),
-    "NesDocumentDidChangeCapabilities": ("field_meta",),
-    "NesDocumentDidCloseCapabilities": ("field_meta",),
-    "NesDocumentDidSaveCapabilities": ("field_meta",),
-    "NesDocumentDidFocusCapabilities": ("field_meta",),
-    "NesContextCapabilities": ("recent_files", "related_snippets", "edit_history", "user_actions", "open_files", "diagnostics", "field_meta",),
-    "NesRecentFilesCapabilities": ("max_count", "field_meta",),
-    "NesRelatedSnippetsCapabilities": ("field_meta",),
-    "NesEditHistoryCapabilities": ("max_count", "field_meta",),
-    "NesUserActionsCapabilities": ("max_count", "field_meta",),
-    "NesOpenFilesCapabilities": ("field_meta",),
-    "NesDiagnosticsCapabilities": ("field_meta",),
     "Usage": ("thought_tokens", "cached_read_tokens", "cached_write_tokens", "field_meta",),
     "PlanItems": ("entries", "field_meta",),
     "PlanFile": ("field_meta",),
     "PlanMarkdown": ("field_meta",),
     "PlanUpdate": ("field_meta",),
     "PlanRemoved": ("field_meta",),
-    "Notice": ("description", "field_meta",),
-    "CompactionUpdate": ("summary", "error", "field_meta",),
-    "CompactionSummaryChunk": ("field_meta",),
+    "SubagentSessionCapabilities": ("cancel", "field_meta",),
+    "SessionCancelCapabilities": ("field_meta",),
+    "StateUpdateIdle": ("usage", "field_meta", "stop_reason", "error",),
+    "RunningStateUpdate": ("field_meta",),
+    "RequiresActionStateUpdate": ("field_meta",),
+    "UnknownStateUpdate": ("field_meta",),
+    "SubagentUpdate": ("title", "description", "capabilities", "state", "field_meta",),
+    "SessionMessage": ("sender_session_id", "recipient_session_id", "sender_message_id", "recipient_message_id", "content", "field_meta",),
+    "SessionMessageChunk": ("field_meta",),
+    "SubagentCapabilities": ("field_meta",),
     "PlanCapabilities": ("field_meta",),
-    "ClientNesCapabilities": ("jump", "rename", "search_and_replace", "field_meta",),
-    "NesJumpCapabilities": ("field_meta",),
-    "NesRenameCapabilities": ("field_meta",),
-    "NesSearchAndReplaceCapabilities": ("field_meta",),
     "McpServerAcp": ("field_meta",),
+    "SystemPrompt": ("field_meta",),
 }
 
 # x-deserialize-skip-invalid-items: malformed array items are dropped.
 _SKIP_INVALID_ITEMS: Final[dict[str, tuple[str, ...]]] = {
     "ToolCallUpdate": ("content", "locations",),
     "Annotations": ("audience",),
-    "CreateTerminalRequest": ("args", "env",),
     "MultiSelectPropertySchema": ("default",),
     "InitializeResponse": ("auth_methods",),
-    "AuthMethodTerminal": ("args",),
     "NewSessionResponse": ("config_options",),
     "SessionModeState": ("available_modes",),
     "SessionConfigSelectGroup": ("options",),
@@ -2233,44 +2264,41 @@ _SKIP_INVALID_ITEMS: Final[dict[str, tuple[str, ...]]] = {
     "Plan": ("entries",),
     "AvailableCommandsUpdate": ("available_commands",),
     "ConfigOptionUpdate": ("config_options",),
-    "ClientCapabilities": ("position_encodings",),
-    "NewSessionRequest": ("additional_directories", "mcp_servers",),
-    "LoadSessionRequest": ("mcp_servers", "additional_directories",),
-    "ResumeSessionRequest": ("additional_directories", "mcp_servers",),
-    "PlanItems": ("entries",),
     "CompactionUpdate": ("summary",),
+    "PlanItems": ("entries",),
+    "SessionMessage": ("content",),
 }
 
 #: The stable methods an agent handles (the client calls them).
 STABLE_AGENT_METHODS: Final = MappingProxyType({
     "initialize": MethodSpec("initialize", InitializeRequest, InitializeResponse, False),
     "authenticate": MethodSpec("authenticate", AuthenticateRequest, AuthenticateResponse, False),
+    "logout": MethodSpec("logout", LogoutRequest, LogoutResponse, False),
     "session/new": MethodSpec("session/new", NewSessionRequest, NewSessionResponse, False),
     "session/load": MethodSpec("session/load", LoadSessionRequest, LoadSessionResponse, False),
-    "session/set_mode": MethodSpec("session/set_mode", SetSessionModeRequest, SetSessionModeResponse, False),
-    "session/set_config_option": MethodSpec("session/set_config_option", SetSessionConfigOptionRequest, SetSessionConfigOptionResponse, False),
-    "session/prompt": MethodSpec("session/prompt", PromptRequest, PromptResponse, False),
-    "session/cancel": MethodSpec("session/cancel", CancelNotification, None, False),
     "session/list": MethodSpec("session/list", ListSessionsRequest, ListSessionsResponse, False),
     "session/delete": MethodSpec("session/delete", DeleteSessionRequest, DeleteSessionResponse, False),
     "session/resume": MethodSpec("session/resume", ResumeSessionRequest, ResumeSessionResponse, False),
     "session/close": MethodSpec("session/close", CloseSessionRequest, CloseSessionResponse, False),
-    "logout": MethodSpec("logout", LogoutRequest, LogoutResponse, False),
+    "session/set_mode": MethodSpec("session/set_mode", SetSessionModeRequest, SetSessionModeResponse, False),
+    "session/set_config_option": MethodSpec("session/set_config_option", SetSessionConfigOptionRequest, SetSessionConfigOptionResponse, False),
+    "session/prompt": MethodSpec("session/prompt", PromptRequest, PromptResponse, False),
+    "session/cancel": MethodSpec("session/cancel", CancelNotification, None, False),
     "$/cancel_request": MethodSpec("$/cancel_request", CancelRequestNotification, None, False),
 })
 
 #: The stable methods an client handles (the agent calls them).
 STABLE_CLIENT_METHODS: Final = MappingProxyType({
-    "session/request_permission": MethodSpec("session/request_permission", RequestPermissionRequest, RequestPermissionResponse, False),
-    "session/update": MethodSpec("session/update", SessionNotification, None, False),
     "fs/write_text_file": MethodSpec("fs/write_text_file", WriteTextFileRequest, WriteTextFileResponse, False),
     "fs/read_text_file": MethodSpec("fs/read_text_file", ReadTextFileRequest, ReadTextFileResponse, False),
+    "session/request_permission": MethodSpec("session/request_permission", RequestPermissionRequest, RequestPermissionResponse, False),
     "terminal/create": MethodSpec("terminal/create", CreateTerminalRequest, CreateTerminalResponse, False),
     "terminal/output": MethodSpec("terminal/output", TerminalOutputRequest, TerminalOutputResponse, False),
     "terminal/release": MethodSpec("terminal/release", ReleaseTerminalRequest, ReleaseTerminalResponse, False),
     "terminal/wait_for_exit": MethodSpec("terminal/wait_for_exit", WaitForTerminalExitRequest, WaitForTerminalExitResponse, False),
     "terminal/kill": MethodSpec("terminal/kill", KillTerminalRequest, KillTerminalResponse, False),
     "elicitation/create": MethodSpec("elicitation/create", CreateElicitationRequest, CreateElicitationResponse, False),
+    "session/update": MethodSpec("session/update", SessionNotification, None, False),
     "elicitation/complete": MethodSpec("elicitation/complete", CompleteElicitationNotification, None, False),
     "$/cancel_request": MethodSpec("$/cancel_request", CancelRequestNotification, None, False),
 })
@@ -2280,76 +2308,32 @@ PROTOCOL_VERSION: Final = 1
 
 #: Types (and union variants) that only the unstable schema has.
 UNSTABLE_TYPES: Final[frozenset[str]] = frozenset({
-    "AcceptNesNotification",
-    "ClientNesCapabilities",
-    "CloseNesRequest",
-    "CloseNesResponse",
-    "CompactionCapabilities",
-    "CompactionId",
-    "CompactionStatus",
-    "CompactionSummaryChunk",
-    "CompactionUpdate",
-    "ConnectMcpRequest",
-    "ConnectMcpResponse",
-    "DidChangeDocumentNotification",
-    "DidCloseDocumentNotification",
-    "DidFocusDocumentNotification",
-    "DidOpenDocumentNotification",
-    "DidSaveDocumentNotification",
+    "ArchiveSessionRequest",
+    "ArchiveSessionResponse",
+    "AuthAccount",
+    "AuthState",
+    "AuthStatusCapabilities",
+    "AuthStatusRequest",
+    "AuthStatusResponse",
+    "AuthStatusUpdateNotification",
     "DisableProviderRequest",
     "DisableProviderResponse",
-    "DisconnectMcpRequest",
-    "DisconnectMcpResponse",
+    "ErrorStopReason",
     "ForkSessionRequest",
     "ForkSessionResponse",
+    "IdleStateUpdate",
+    "InitializeProxyRequest",
+    "InitializeProxyResponse",
     "ListProvidersRequest",
     "ListProvidersResponse",
     "LlmProtocol",
-    "McpConnectionId",
+    "McpError",
+    "McpRequestId",
     "McpServerAcp",
     "McpServerAcpId",
     "MessageMcpNotification",
     "MessageMcpRequest",
     "MessageMcpResponse",
-    "NesCapabilities",
-    "NesContextCapabilities",
-    "NesDiagnostic",
-    "NesDiagnosticSeverity",
-    "NesDiagnosticsCapabilities",
-    "NesDocumentDidChangeCapabilities",
-    "NesDocumentDidCloseCapabilities",
-    "NesDocumentDidFocusCapabilities",
-    "NesDocumentDidOpenCapabilities",
-    "NesDocumentDidSaveCapabilities",
-    "NesDocumentEventCapabilities",
-    "NesEditHistoryCapabilities",
-    "NesEditHistoryEntry",
-    "NesEditSuggestion",
-    "NesEventCapabilities",
-    "NesExcerpt",
-    "NesJumpCapabilities",
-    "NesJumpSuggestion",
-    "NesOpenFile",
-    "NesOpenFilesCapabilities",
-    "NesRecentFile",
-    "NesRecentFilesCapabilities",
-    "NesRejectReason",
-    "NesRelatedSnippet",
-    "NesRelatedSnippetsCapabilities",
-    "NesRenameCapabilities",
-    "NesRenameSuggestion",
-    "NesRepository",
-    "NesSearchAndReplaceCapabilities",
-    "NesSearchAndReplaceSuggestion",
-    "NesSuggestContext",
-    "NesSuggestion",
-    "NesSuggestionId",
-    "NesTextEdit",
-    "NesTriggerKind",
-    "NesUserAction",
-    "NesUserActionsCapabilities",
-    "Notice",
-    "NoticeSeverity",
     "PlanCapabilities",
     "PlanFile",
     "PlanId",
@@ -2358,42 +2342,67 @@ UNSTABLE_TYPES: Final[frozenset[str]] = frozenset({
     "PlanRemoved",
     "PlanUpdate",
     "PlanUpdateContent",
-    "Position",
-    "PositionEncodingKind",
     "ProviderCurrentConfig",
     "ProviderId",
     "ProviderInfo",
     "ProvidersCapabilities",
-    "Range",
-    "RejectNesNotification",
+    "ProxyNotification",
+    "ProxyRequest",
+    "ProxyResponse",
+    "ProxySuccessorNotification",
+    "ProxySuccessorRequest",
+    "ProxySuccessorResponse",
+    "RequiresActionStateUpdate",
+    "RunningStateUpdate",
+    "SessionArchiveCapabilities",
+    "SessionArchiveFilter",
+    "SessionCancelCapabilities",
     "SessionForkCapabilities",
+    "SessionMessage",
+    "SessionMessageChunk",
+    "SessionStatus",
+    "SessionStatusCapabilities",
+    "SessionStatusRequest",
+    "SessionStatusResponse",
+    "SessionSystemPromptCapabilities",
+    "SessionSystemPromptModeCapabilities",
+    "SessionSystemPromptOverrideCapabilities",
+    "SessionTitleCapabilities",
     "SetProviderRequest",
     "SetProviderResponse",
-    "StartNesRequest",
-    "StartNesResponse",
-    "SuggestNesRequest",
-    "SuggestNesResponse",
-    "TextDocumentContentChangeEvent",
-    "TextDocumentSyncKind",
+    "SetSessionTitleRequest",
+    "SetSessionTitleResponse",
+    "StateUpdate",
+    "StateUpdateIdle",
+    "SubagentCapabilities",
+    "SubagentSessionCapabilities",
+    "SubagentUpdate",
+    "SystemPrompt",
+    "SystemPromptMode",
+    "UnarchiveSessionRequest",
+    "UnarchiveSessionResponse",
+    "UnknownStateUpdate",
     "Usage",
-    "WorkspaceFolder",
 })
 
 #: (type, attribute) of optional fields that only the unstable schema adds to a type.
 UNSTABLE_FIELDS: Final[frozenset[tuple[str, str]]] = frozenset({
-    ("ToolCallUpdate", "name"),
     ("AgentCapabilities", "providers"),
-    ("AgentCapabilities", "nes"),
-    ("AgentCapabilities", "position_encoding"),
     ("McpCapabilities", "acp"),
+    ("SessionCapabilities", "system_prompt"),
     ("SessionCapabilities", "fork"),
+    ("SessionCapabilities", "archive"),
+    ("SessionCapabilities", "status"),
+    ("SessionCapabilities", "title"),
+    ("AgentAuthCapabilities", "status"),
+    ("SessionInfo", "archived"),
     ("PromptResponse", "usage"),
-    ("ToolCallProgress", "name"),
-    ("ToolCall", "name"),
+    ("ClientCapabilities", "subagents"),
     ("ClientCapabilities", "plan"),
-    ("ClientCapabilities", "nes"),
-    ("ClientCapabilities", "position_encodings"),
-    ("ClientSessionCapabilities", "compaction"),
+    ("NewSessionRequest", "system_prompt"),
+    ("LoadSessionRequest", "system_prompt"),
+    ("ListSessionsRequest", "archived"),
+    ("ResumeSessionRequest", "system_prompt"),
 })
 
 
@@ -2413,11 +2422,11 @@ __all__ = [
     "SessionConfigGroupId",
     "ExtResponse",
     "MessageId",
+    "CompactionId",
     "ExtNotification",
     "ElicitationContentValue",
     "McpServerAcpId",
     "PlanId",
-    "CompactionId",
     "ToolKind",
     "ToolKinds",
     "ToolCallStatus",
@@ -2440,14 +2449,14 @@ __all__ = [
     "PlanEntryPriorities",
     "PlanEntryStatus",
     "PlanEntryStatuses",
-    "TextDocumentSyncKind",
-    "TextDocumentSyncKinds",
-    "PositionEncodingKind",
-    "PositionEncodingKinds",
     "NoticeSeverity",
     "NoticeSeverities",
     "CompactionStatus",
     "CompactionStatuses",
+    "SystemPromptMode",
+    "SystemPromptModes",
+    "SessionArchiveFilter",
+    "SessionArchiveFilters",
     "AgentRequest",
     "WriteTextFileRequest",
     "ReadTextFileRequest",
@@ -2542,14 +2551,19 @@ __all__ = [
     "SessionInfoUpdate",
     "Cost",
     "UsageUpdate",
+    "Notice",
+    "CompactionUpdate",
+    "CompactionSummaryChunk",
     "CompleteElicitationNotification",
     "ClientRequest",
     "InitializeRequest",
     "ClientCapabilities",
     "FileSystemCapabilities",
     "ClientSessionCapabilities",
+    "CompactionCapabilities",
     "SessionConfigOptionsCapabilities",
     "BooleanConfigOptionCapabilities",
+    "NoticeCapabilities",
     "AuthCapabilities",
     "ElicitationCapabilities",
     "ElicitationFormCapabilities",
@@ -2588,39 +2602,34 @@ __all__ = [
     "ClientNotification",
     "CancelNotification",
     "CancelRequestNotification",
+    "SessionSystemPromptCapabilities",
+    "SessionSystemPromptModeCapabilities",
+    "SessionSystemPromptOverrideCapabilities",
     "SessionForkCapabilities",
+    "SessionArchiveCapabilities",
+    "SessionStatusCapabilities",
+    "SessionTitleCapabilities",
+    "AuthStatusCapabilities",
     "ProvidersCapabilities",
-    "NesCapabilities",
-    "NesEventCapabilities",
-    "NesDocumentEventCapabilities",
-    "NesDocumentDidOpenCapabilities",
-    "NesDocumentDidChangeCapabilities",
-    "NesDocumentDidCloseCapabilities",
-    "NesDocumentDidSaveCapabilities",
-    "NesDocumentDidFocusCapabilities",
-    "NesContextCapabilities",
-    "NesRecentFilesCapabilities",
-    "NesRelatedSnippetsCapabilities",
-    "NesEditHistoryCapabilities",
-    "NesUserActionsCapabilities",
-    "NesOpenFilesCapabilities",
-    "NesDiagnosticsCapabilities",
     "Usage",
     "PlanItems",
     "PlanFile",
     "PlanMarkdown",
     "PlanUpdate",
     "PlanRemoved",
-    "Notice",
-    "CompactionUpdate",
-    "CompactionSummaryChunk",
-    "CompactionCapabilities",
+    "SubagentSessionCapabilities",
+    "SessionCancelCapabilities",
+    "StateUpdateIdle",
+    "RunningStateUpdate",
+    "RequiresActionStateUpdate",
+    "UnknownStateUpdate",
+    "SubagentUpdate",
+    "SessionMessage",
+    "SessionMessageChunk",
+    "SubagentCapabilities",
     "PlanCapabilities",
-    "ClientNesCapabilities",
-    "NesJumpCapabilities",
-    "NesRenameCapabilities",
-    "NesSearchAndReplaceCapabilities",
     "McpServerAcp",
+    "SystemPrompt",
     "UnknownToolCallContent",
     "UnknownContentBlock",
     "UnknownCreateElicitationRequest",
@@ -2633,6 +2642,7 @@ __all__ = [
     "UnknownRequestPermissionOutcome",
     "UnknownCreateElicitationResponse",
     "UnknownPlanUpdateContent",
+    "UnknownStateUpdateVariant",
     "AvailableCommandInput",
     "ToolCallContent",
     "ContentBlock",
@@ -2648,6 +2658,7 @@ __all__ = [
     "RequestPermissionOutcome",
     "CreateElicitationResponse",
     "PlanUpdateContent",
+    "StateUpdate",
     "PROTOCOL_VERSION",
     "UNSTABLE_TYPES",
     "UNSTABLE_FIELDS",

@@ -95,6 +95,9 @@ class MethodSpec(msgspec.Struct, frozen=True):
     """Type of ``result``; None for a notification."""
     unstable: bool
     """True for methods only the unstable schema has (opt-in)."""
+    proxy: bool = False
+    """True for the proxy-chain methods (``proxy/initialize``, ``proxy/successor``): typed here,
+    but no facade handles them (a conductor/proxy is not something this SDK builds yet)."""
 
     @property
     def is_notification(self) -> bool:

@@ -18,37 +18,13 @@ import msgspec
 from typing_extensions import TypeAlias
 
 from ._generated import (
-    ClientNesCapabilities,
-    CompactionCapabilities,
-    CompactionId,
-    CompactionStatus,
-    CompactionStatuses,
-    CompactionSummaryChunk,
-    CompactionUpdate,
+    AuthStatusCapabilities,
+    Error,
+    InitializeRequest,
+    InitializeResponse,
     McpServer,
     McpServerAcp,
     McpServerAcpId,
-    NesCapabilities,
-    NesContextCapabilities,
-    NesDiagnosticsCapabilities,
-    NesDocumentDidChangeCapabilities,
-    NesDocumentDidCloseCapabilities,
-    NesDocumentDidFocusCapabilities,
-    NesDocumentDidOpenCapabilities,
-    NesDocumentDidSaveCapabilities,
-    NesDocumentEventCapabilities,
-    NesEditHistoryCapabilities,
-    NesEventCapabilities,
-    NesJumpCapabilities,
-    NesOpenFilesCapabilities,
-    NesRecentFilesCapabilities,
-    NesRelatedSnippetsCapabilities,
-    NesRenameCapabilities,
-    NesSearchAndReplaceCapabilities,
-    NesUserActionsCapabilities,
-    Notice,
-    NoticeSeverities,
-    NoticeSeverity,
     PlanCapabilities,
     PlanFile,
     PlanId,
@@ -57,16 +33,36 @@ from ._generated import (
     PlanRemoved,
     PlanUpdate,
     PlanUpdateContent,
-    PositionEncodingKind,
-    PositionEncodingKinds,
     ProvidersCapabilities,
+    RequestId,
+    RequiresActionStateUpdate,
+    RunningStateUpdate,
+    SessionArchiveCapabilities,
+    SessionArchiveFilter,
+    SessionArchiveFilters,
+    SessionCancelCapabilities,
     SessionConfigOption,
     SessionForkCapabilities,
     SessionId,
+    SessionMessage,
+    SessionMessageChunk,
     SessionModeState,
-    TextDocumentSyncKind,
-    TextDocumentSyncKinds,
+    SessionStatusCapabilities,
+    SessionSystemPromptCapabilities,
+    SessionSystemPromptModeCapabilities,
+    SessionSystemPromptOverrideCapabilities,
+    SessionTitleCapabilities,
+    StateUpdate,
+    StateUpdateIdle,
+    SubagentCapabilities,
+    SubagentSessionCapabilities,
+    SubagentUpdate,
+    SystemPrompt,
+    SystemPromptMode,
+    SystemPromptModes,
     UnknownPlanUpdateContent,
+    UnknownStateUpdate,
+    UnknownStateUpdateVariant,
     Usage,
     _Struct,
 )
@@ -74,17 +70,15 @@ from ._runtime import MethodSpec, ResolvedUnion, UnknownVariant, resolve_fields
 
 # ---- scalar aliases and open enums (plain str/int at runtime) ----
 
-McpConnectionId: TypeAlias = str
-# Unstable: A unique identifier for an active MCP-over-ACP connection.
+McpRequestId: TypeAlias = str
+# Unstable: Identifies an inner MCP request active against a server on this ACP connection.
 
 ProviderId: TypeAlias = str
 # Unstable: Unique identifier for a configurable LLM provider.
 
-NesSuggestionId: TypeAlias = str
-# Unstable: Unique identifier for a next edit suggestion.
-
-MessageMcpResponse: TypeAlias = Any
-# Unstable: Response to `mcp/message`.
+ProxySuccessorResponse: TypeAlias = Any
+# Unstable: Result of a `proxy/successor` request: the wrapped request's result, forwarded
+# unchanged.
 
 if TYPE_CHECKING:
     LlmProtocol: TypeAlias = Union[Literal["anthropic", "openai", "azure", "vertex", "bedrock"], str]
@@ -106,78 +100,48 @@ class LlmProtocols:
 
 
 if TYPE_CHECKING:
-    NesTriggerKind: TypeAlias = Union[Literal["automatic", "diagnostic", "manual"], str]
+    AuthState: TypeAlias = Union[Literal["authenticated", "unauthenticated", "not_required", "unknown"], str]
 else:
-    NesTriggerKind = str
-# Unstable: What triggered the suggestion request. Open: unknown values are kept as plain strs.
+    AuthState = str
+# Unstable: The agent's overall authentication state. Open: unknown values are kept as plain strs.
 
 
-class NesTriggerKinds:
-    """Known values of `NesTriggerKind` (an open enum: other values may arrive)."""
+class AuthStates:
+    """Known values of `AuthState` (an open enum: other values may arrive)."""
 
     __slots__ = ()
-    AUTOMATIC: Final = "automatic"
-    DIAGNOSTIC: Final = "diagnostic"
-    MANUAL: Final = "manual"
+    AUTHENTICATED: Final = "authenticated"
+    UNAUTHENTICATED: Final = "unauthenticated"
+    NOT_REQUIRED: Final = "not_required"
+    UNKNOWN: Final = "unknown"
 
 
 if TYPE_CHECKING:
-    NesDiagnosticSeverity: TypeAlias = Union[Literal["error", "warning", "information", "hint"], str]
+    SessionStatus: TypeAlias = Union[Literal["open", "saved"], str]
 else:
-    NesDiagnosticSeverity = str
-# Unstable: Severity of a diagnostic. Open: unknown values are kept as plain strs.
+    SessionStatus = str
+# Unstable: Whether the Agent has a session in memory, as reported by `session/status`. Open:
+# unknown values are kept as plain strs.
 
 
-class NesDiagnosticSeverities:
-    """Known values of `NesDiagnosticSeverity` (an open enum: other values may arrive)."""
+class SessionStatuses:
+    """Known values of `SessionStatus` (an open enum: other values may arrive)."""
 
     __slots__ = ()
-    ERROR: Final = "error"
-    WARNING: Final = "warning"
-    INFORMATION: Final = "information"
-    HINT: Final = "hint"
-
-
-if TYPE_CHECKING:
-    NesRejectReason: TypeAlias = Union[Literal["rejected", "ignored", "replaced", "cancelled"], str]
-else:
-    NesRejectReason = str
-# Unstable: The reason a suggestion was rejected. Open: unknown values are kept as plain strs.
-
-
-class NesRejectReasons:
-    """Known values of `NesRejectReason` (an open enum: other values may arrive)."""
-
-    __slots__ = ()
-    REJECTED: Final = "rejected"
-    IGNORED: Final = "ignored"
-    REPLACED: Final = "replaced"
-    CANCELLED: Final = "cancelled"
+    OPEN: Final = "open"
+    SAVED: Final = "saved"
 
 
 
 # ---- message types ----
 
-class ConnectMcpRequest(_Struct, kw_only=True):
-    """Unstable: Request parameters for `mcp/connect`."""
-
-    server_id: McpServerAcpId
-    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
-
-
 class MessageMcpRequest(_Struct, kw_only=True):
     """Unstable: Request parameters for `mcp/message`."""
 
-    connection_id: McpConnectionId
+    server_id: McpServerAcpId
+    request_id: McpRequestId
     method: str
     params: dict[str, Any] | None = None
-    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
-
-
-class DisconnectMcpRequest(_Struct, kw_only=True):
-    """Unstable: Request parameters for `mcp/disconnect`."""
-
-    connection_id: McpConnectionId
     field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
 
 
@@ -218,6 +182,27 @@ class DisableProviderResponse(_Struct, kw_only=True):
     field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
 
 
+class AuthStatusResponse(_Struct, kw_only=True):
+    """Unstable: Response to the `auth/status` method."""
+
+    state: AuthState
+    accounts: list[AuthAccount] | None = None
+    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
+
+
+class AuthAccount(_Struct, kw_only=True):
+    """Unstable: An account or credential the agent has configured, such as a signed-in user
+    account or an API key.
+    """
+
+    label: str
+    active: bool | None = None
+    name: str | None = None
+    email: str | None = None
+    organization: str | None = None
+    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
+
+
 class ForkSessionResponse(_Struct, kw_only=True):
     """Unstable: Response from forking an existing session."""
 
@@ -227,98 +212,52 @@ class ForkSessionResponse(_Struct, kw_only=True):
     field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
 
 
-class StartNesResponse(_Struct, kw_only=True):
-    """Unstable: Response to `nes/start`."""
-
-    session_id: SessionId
-    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
-
-
-class SuggestNesResponse(_Struct, kw_only=True):
-    """Unstable: Response to `nes/suggest`."""
-
-    suggestions: list[NesSuggestion]
-    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
-
-
-class NesTextEdit(_Struct, kw_only=True):
-    """Unstable: A text edit within a suggestion."""
-
-    range: Range
-    new_text: str
-    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
-
-
-class Range(_Struct, kw_only=True):
-    """Unstable: A range in a text document, expressed as start and end positions."""
-
-    start: Position
-    end: Position
-    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
-
-
-class Position(_Struct, kw_only=True):
-    """Unstable: A zero-based position in a text document."""
-
-    line: int
-    character: int
-    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
-
-
-class NesEditSuggestion(_Struct, kw_only=True, tag_field="kind", tag="edit"):
-    """Unstable: A text edit suggestion. Variant `kind="edit"` of `NesSuggestion`."""
-
-    id: NesSuggestionId
-    uri: str
-    edits: list[NesTextEdit]
-    cursor_position: Position | None = None
-    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
-
-
-class NesJumpSuggestion(_Struct, kw_only=True, tag_field="kind", tag="jump"):
-    """Unstable: A jump-to-location suggestion. Variant `kind="jump"` of `NesSuggestion`."""
-
-    id: NesSuggestionId
-    uri: str
-    position: Position
-    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
-
-
-class NesRenameSuggestion(_Struct, kw_only=True, tag_field="kind", tag="rename"):
-    """Unstable: A rename symbol suggestion. Variant `kind="rename"` of `NesSuggestion`."""
-
-    id: NesSuggestionId
-    uri: str
-    position: Position
-    new_name: str
-    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
-
-
-class NesSearchAndReplaceSuggestion(_Struct, kw_only=True, tag_field="kind", tag="searchAndReplace"):
-    """Unstable: A search-and-replace suggestion. Variant `kind="searchAndReplace"` of
-    `NesSuggestion`.
-    """
-
-    id: NesSuggestionId
-    uri: str
-    search: str
-    replace: str
-    is_regex: bool | None = None
-    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
-
-
-class CloseNesResponse(_Struct, kw_only=True):
-    """Unstable: Response from closing an NES session."""
+class ArchiveSessionResponse(_Struct, kw_only=True):
+    """Unstable: Response from archiving a session."""
 
     field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
 
 
-class MessageMcpNotification(_Struct, kw_only=True):
-    """Unstable: Notification parameters for `mcp/message`."""
+class UnarchiveSessionResponse(_Struct, kw_only=True):
+    """Unstable: Response from unarchiving a session."""
 
-    connection_id: McpConnectionId
-    method: str
-    params: dict[str, Any] | None = None
+    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
+
+
+class SessionStatusResponse(_Struct, kw_only=True):
+    """Unstable: Response from checking the status of a session."""
+
+    status: SessionStatus
+    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
+
+
+class SetSessionTitleResponse(_Struct, kw_only=True):
+    """Unstable: Response from setting the title of a session."""
+
+    title: str
+    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
+
+
+class ErrorStopReason(_Struct, kw_only=True):
+    """Unstable: Details of a failure that ended a child's foreground work."""
+
+    error: Error | None = None
+
+
+class IdleStateUpdate(_Struct, kw_only=True):
+    """Unstable: The child is ready to process another prompt."""
+
+    usage: Usage | None = None
+    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
+    stop_reason: str | None = None
+    error: Error | None = None
+
+
+class AuthStatusUpdateNotification(_Struct, kw_only=True):
+    """Unstable: Notification sent by the agent when its authentication status changes."""
+
+    state: AuthState
+    accounts: list[AuthAccount] | None = None
     field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
 
 
@@ -345,6 +284,12 @@ class DisableProviderRequest(_Struct, kw_only=True):
     field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
 
 
+class AuthStatusRequest(_Struct, kw_only=True):
+    """Unstable: Request parameters for the `auth/status` method."""
+
+    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
+
+
 class ForkSessionRequest(_Struct, kw_only=True):
     """Unstable: Request parameters for forking an existing session."""
 
@@ -352,303 +297,166 @@ class ForkSessionRequest(_Struct, kw_only=True):
     cwd: str
     additional_directories: list[str] | None = None
     mcp_servers: list[McpServer] | None = None
+    system_prompt: SystemPrompt | None = None
     field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
 
     def __post_init__(self) -> None:
         resolve_fields(self)
 
 
-class StartNesRequest(_Struct, kw_only=True):
-    """Unstable: Request to start an NES session."""
-
-    workspace_uri: str | None = None
-    workspace_folders: list[WorkspaceFolder] | None = None
-    repository: NesRepository | None = None
-    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
-
-
-class WorkspaceFolder(_Struct, kw_only=True):
-    """Unstable: A workspace folder."""
-
-    uri: str
-    name: str
-    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
-
-
-class NesRepository(_Struct, kw_only=True):
-    """Unstable: Repository metadata for an NES session."""
-
-    name: str
-    owner: str
-    remote_url: str
-    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
-
-
-class SuggestNesRequest(_Struct, kw_only=True):
-    """Unstable: Request for a code suggestion."""
+class ArchiveSessionRequest(_Struct, kw_only=True):
+    """Unstable: Request parameters for archiving a session."""
 
     session_id: SessionId
-    uri: str
-    version: int
-    position: Position
-    selection: Range | None = None
-    trigger_kind: NesTriggerKind
-    context: NesSuggestContext | None = None
     field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
 
 
-class NesSuggestContext(_Struct, kw_only=True):
-    """Unstable: Context attached to a suggestion request."""
+class UnarchiveSessionRequest(_Struct, kw_only=True):
+    """Unstable: Request parameters for unarchiving a session."""
 
-    recent_files: list[NesRecentFile] | None = None
-    related_snippets: list[NesRelatedSnippet] | None = None
-    edit_history: list[NesEditHistoryEntry] | None = None
-    user_actions: list[NesUserAction] | None = None
-    open_files: list[NesOpenFile] | None = None
-    diagnostics: list[NesDiagnostic] | None = None
+    session_id: SessionId
     field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
 
 
-class NesRecentFile(_Struct, kw_only=True):
-    """Unstable: A recently accessed file."""
+class SessionStatusRequest(_Struct, kw_only=True):
+    """Unstable: Request parameters for checking the status of a session."""
 
-    uri: str
-    language_id: str
-    text: str
+    session_id: SessionId
     field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
 
 
-class NesRelatedSnippet(_Struct, kw_only=True):
-    """Unstable: A related code snippet from a file."""
+class SetSessionTitleRequest(_Struct, kw_only=True):
+    """Unstable: Request parameters for setting the title of a session."""
 
-    uri: str
-    excerpts: list[NesExcerpt]
+    session_id: SessionId
+    title: str
     field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
 
 
-class NesExcerpt(_Struct, kw_only=True):
-    """Unstable: A code excerpt from a file."""
+class MessageMcpResponse(_Struct, kw_only=True):
+    """Unstable: The successful outer ACP `mcp/message` response carries exactly one inner MCP
+    outcome: an opaque result (including JSON null), or an MCP error. Outer ACP errors are
+    reserved for binding and runtime failures.
+    """
 
-    start_line: int
-    end_line: int
-    text: str
+    result: Any = None
     field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
+    error: McpError | None = None
 
 
-class NesEditHistoryEntry(_Struct, kw_only=True):
-    """Unstable: An entry in the edit history."""
+class McpError(_Struct, kw_only=True):
+    """Unstable: An inner MCP error, distinct from an outer ACP binding or runtime error."""
 
-    uri: str
-    diff: str
-    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
-
-
-class NesUserAction(_Struct, kw_only=True):
-    """Unstable: A user action (typing, cursor movement, etc.)."""
-
-    action: str
-    uri: str
-    position: Position
-    timestamp_ms: int
-    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
-
-
-class NesOpenFile(_Struct, kw_only=True):
-    """Unstable: An open file in the editor."""
-
-    uri: str
-    language_id: str
-    visible_range: Range | None = None
-    last_focused_ms: int | None = None
-    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
-
-
-class NesDiagnostic(_Struct, kw_only=True):
-    """Unstable: A diagnostic (error, warning, etc.)."""
-
-    uri: str
-    range: Range
-    severity: NesDiagnosticSeverity
+    code: int
     message: str
+    data: Any = None
+
+
+class MessageMcpNotification(_Struct, kw_only=True):
+    """Unstable: Notification parameters for `mcp/message`."""
+
+    server_id: McpServerAcpId
+    request_id: McpRequestId
+    method: str
+    params: dict[str, Any] | None = None
     field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
 
 
-class CloseNesRequest(_Struct, kw_only=True):
-    """Unstable: Request to close an NES session."""
+class ProxyRequest(_Struct, kw_only=True):
+    """Unstable: A JSON-RPC request object."""
 
-    session_id: SessionId
+    id: RequestId
+    method: str
+    params: Any = None
+
+
+class ProxySuccessorRequest(_Struct, kw_only=True):
+    """Unstable: Parameters of a `proxy/successor` request."""
+
+    method: str
+    params: Any = None
     field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
 
 
-class ConnectMcpResponse(_Struct, kw_only=True):
-    """Unstable: Response to `mcp/connect`."""
+class ProxyResponse(_Struct, kw_only=True):
+    """Unstable: A JSON-RPC response object."""
 
-    connection_id: McpConnectionId
-    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
-
-
-class DisconnectMcpResponse(_Struct, kw_only=True):
-    """Unstable: Response to `mcp/disconnect`."""
-
-    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
+    id: RequestId
+    result: Any = None
+    error: Error | None = None
 
 
-class DidOpenDocumentNotification(_Struct, kw_only=True):
-    """Unstable: Notification sent when a file is opened in the editor."""
+class ProxyNotification(_Struct, kw_only=True):
+    """Unstable: A JSON-RPC notification object."""
 
-    session_id: SessionId
-    uri: str
-    language_id: str
-    version: int
-    text: str
-    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
+    method: str
+    params: Any = None
 
 
-class DidChangeDocumentNotification(_Struct, kw_only=True):
-    """Unstable: Notification sent when a file is edited."""
+class ProxySuccessorNotification(_Struct, kw_only=True):
+    """Unstable: Parameters of a `proxy/successor` notification."""
 
-    session_id: SessionId
-    uri: str
-    version: int
-    content_changes: list[TextDocumentContentChangeEvent]
-    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
-
-
-class TextDocumentContentChangeEvent(_Struct, kw_only=True):
-    """Unstable: A content change event for a document."""
-
-    range: Range | None = None
-    text: str
-    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
-
-
-class DidCloseDocumentNotification(_Struct, kw_only=True):
-    """Unstable: Notification sent when a file is closed."""
-
-    session_id: SessionId
-    uri: str
-    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
-
-
-class DidSaveDocumentNotification(_Struct, kw_only=True):
-    """Unstable: Notification sent when a file is saved."""
-
-    session_id: SessionId
-    uri: str
-    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
-
-
-class DidFocusDocumentNotification(_Struct, kw_only=True):
-    """Unstable: Notification sent when a file becomes the active editor tab."""
-
-    session_id: SessionId
-    uri: str
-    version: int
-    position: Position
-    visible_range: Range
-    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
-
-
-class AcceptNesNotification(_Struct, kw_only=True):
-    """Unstable: Notification sent when a suggestion is accepted."""
-
-    session_id: SessionId
-    id: NesSuggestionId
-    field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
-
-
-class RejectNesNotification(_Struct, kw_only=True):
-    """Unstable: Notification sent when a suggestion is rejected."""
-
-    session_id: SessionId
-    id: NesSuggestionId
-    reason: NesRejectReason | None = None
+    method: str
+    params: Any = None
     field_meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
 
 
 # ---- values kept for union tags this SDK does not know ----
 
-class UnknownNesSuggestion(UnknownVariant):
-    """A `NesSuggestion` whose `kind` this SDK does not know: the raw JSON object (a dict), written
-    back unchanged when encoded.
-    """
-
-    TAG_FIELD: ClassVar[str] = "kind"
-
-
 # ---- unions and aliases of message types ----
 
-if TYPE_CHECKING:
-    NesSuggestion: TypeAlias = Union[NesEditSuggestion, NesJumpSuggestion, NesRenameSuggestion, NesSearchAndReplaceSuggestion, UnknownNesSuggestion]
-else:
-    NesSuggestion = Union[NesEditSuggestion, NesJumpSuggestion, NesRenameSuggestion, NesSearchAndReplaceSuggestion]
-# Unstable: A suggestion returned by the agent.
+InitializeProxyRequest: TypeAlias = InitializeRequest
+# Unstable: Request parameters for `proxy/initialize`.
+
+InitializeProxyResponse: TypeAlias = InitializeResponse
+# Unstable: Response to `proxy/initialize`.
 
 
 # ---- bookkeeping used by acp.schema._runtime ----
 
 # Tagged unions decoded natively; an unknown tag falls back to the Unknown class.
 _TAGGED_UNIONS: Final[dict[str, str]] = {
-    "NesSuggestion": "UnknownNesSuggestion",
 }
 
 # x-deserialize-default-on-error: a malformed value falls back to the default.
 _LENIENT_FIELDS: Final[dict[str, tuple[str, ...]]] = {
-    "ConnectMcpRequest": ("field_meta",),
     "MessageMcpRequest": ("field_meta",),
-    "DisconnectMcpRequest": ("field_meta",),
     "ListProvidersResponse": ("field_meta",),
     "ProviderInfo": ("supported", "field_meta",),
     "ProviderCurrentConfig": ("field_meta",),
     "SetProviderResponse": ("field_meta",),
     "DisableProviderResponse": ("field_meta",),
+    "AuthStatusResponse": ("accounts", "field_meta",),
+    "AuthAccount": ("active", "name", "email", "organization", "field_meta",),
     "ForkSessionResponse": ("modes", "config_options", "field_meta",),
-    "StartNesResponse": ("field_meta",),
-    "SuggestNesResponse": ("field_meta",),
-    "NesTextEdit": ("field_meta",),
-    "Range": ("field_meta",),
-    "Position": ("field_meta",),
-    "NesEditSuggestion": ("cursor_position", "field_meta",),
-    "NesJumpSuggestion": ("field_meta",),
-    "NesRenameSuggestion": ("field_meta",),
-    "NesSearchAndReplaceSuggestion": ("field_meta",),
-    "CloseNesResponse": ("field_meta",),
-    "MessageMcpNotification": ("params", "field_meta",),
+    "ArchiveSessionResponse": ("field_meta",),
+    "UnarchiveSessionResponse": ("field_meta",),
+    "SessionStatusResponse": ("field_meta",),
+    "SetSessionTitleResponse": ("field_meta",),
+    "ErrorStopReason": ("error",),
+    "IdleStateUpdate": ("usage", "field_meta", "stop_reason", "error",),
+    "AuthStatusUpdateNotification": ("accounts", "field_meta",),
     "ListProvidersRequest": ("field_meta",),
     "SetProviderRequest": ("field_meta",),
     "DisableProviderRequest": ("field_meta",),
-    "ForkSessionRequest": ("additional_directories", "mcp_servers", "field_meta",),
-    "StartNesRequest": ("workspace_uri", "repository", "field_meta",),
-    "WorkspaceFolder": ("field_meta",),
-    "NesRepository": ("field_meta",),
-    "SuggestNesRequest": ("field_meta",),
-    "NesSuggestContext": ("field_meta",),
-    "NesRecentFile": ("field_meta",),
-    "NesRelatedSnippet": ("field_meta",),
-    "NesExcerpt": ("field_meta",),
-    "NesEditHistoryEntry": ("field_meta",),
-    "NesUserAction": ("field_meta",),
-    "NesOpenFile": ("visible_range", "last_focused_ms", "field_meta",),
-    "NesDiagnostic": ("field_meta",),
-    "CloseNesRequest": ("field_meta",),
-    "ConnectMcpResponse": ("field_meta",),
-    "DisconnectMcpResponse": ("field_meta",),
-    "DidOpenDocumentNotification": ("field_meta",),
-    "DidChangeDocumentNotification": ("content_changes", "field_meta",),
-    "TextDocumentContentChangeEvent": ("field_meta",),
-    "DidCloseDocumentNotification": ("field_meta",),
-    "DidSaveDocumentNotification": ("field_meta",),
-    "DidFocusDocumentNotification": ("field_meta",),
-    "AcceptNesNotification": ("field_meta",),
-    "RejectNesNotification": ("reason", "field_meta",),
+    "AuthStatusRequest": ("field_meta",),
+    "ForkSessionRequest": ("field_meta",),
+    "ArchiveSessionRequest": ("field_meta",),
+    "UnarchiveSessionRequest": ("field_meta",),
+    "SessionStatusRequest": ("field_meta",),
+    "SetSessionTitleRequest": ("field_meta",),
+    "MessageMcpResponse": ("field_meta",),
+    "MessageMcpNotification": ("field_meta",),
+    "ProxySuccessorRequest": ("field_meta",),
+    "ProxySuccessorNotification": ("field_meta",),
 }
 
 # x-deserialize-skip-invalid-items: malformed array items are dropped.
 _SKIP_INVALID_ITEMS: Final[dict[str, tuple[str, ...]]] = {
     "ProviderInfo": ("supported",),
+    "AuthStatusResponse": ("accounts",),
     "ForkSessionResponse": ("config_options",),
-    "ForkSessionRequest": ("additional_directories", "mcp_servers",),
-    "DidChangeDocumentNotification": ("content_changes",),
+    "AuthStatusUpdateNotification": ("accounts",),
 }
 
 #: The unstable methods an agent handles (the client calls them).
@@ -656,59 +464,29 @@ UNSTABLE_AGENT_METHODS: Final = MappingProxyType({
     "providers/list": MethodSpec("providers/list", ListProvidersRequest, ListProvidersResponse, True),
     "providers/set": MethodSpec("providers/set", SetProviderRequest, SetProviderResponse, True),
     "providers/disable": MethodSpec("providers/disable", DisableProviderRequest, DisableProviderResponse, True),
-    "mcp/message": MethodSpec("mcp/message", MessageMcpRequest, MessageMcpResponse, True),
+    "auth/status": MethodSpec("auth/status", AuthStatusRequest, AuthStatusResponse, True),
     "session/fork": MethodSpec("session/fork", ForkSessionRequest, ForkSessionResponse, True),
-    "nes/start": MethodSpec("nes/start", StartNesRequest, StartNesResponse, True),
-    "nes/suggest": MethodSpec("nes/suggest", SuggestNesRequest, SuggestNesResponse, True),
-    "nes/accept": MethodSpec("nes/accept", AcceptNesNotification, None, True),
-    "nes/reject": MethodSpec("nes/reject", RejectNesNotification, None, True),
-    "nes/close": MethodSpec("nes/close", CloseNesRequest, CloseNesResponse, True),
-    "document/didOpen": MethodSpec("document/didOpen", DidOpenDocumentNotification, None, True),
-    "document/didChange": MethodSpec("document/didChange", DidChangeDocumentNotification, None, True),
-    "document/didClose": MethodSpec("document/didClose", DidCloseDocumentNotification, None, True),
-    "document/didSave": MethodSpec("document/didSave", DidSaveDocumentNotification, None, True),
-    "document/didFocus": MethodSpec("document/didFocus", DidFocusDocumentNotification, None, True),
+    "session/archive": MethodSpec("session/archive", ArchiveSessionRequest, ArchiveSessionResponse, True),
+    "session/unarchive": MethodSpec("session/unarchive", UnarchiveSessionRequest, UnarchiveSessionResponse, True),
+    "session/status": MethodSpec("session/status", SessionStatusRequest, SessionStatusResponse, True),
+    "session/set_title": MethodSpec("session/set_title", SetSessionTitleRequest, SetSessionTitleResponse, True),
+    "mcp/message": MethodSpec("mcp/message", MessageMcpRequest, MessageMcpResponse, True),
+    "proxy/initialize": MethodSpec("proxy/initialize", InitializeProxyRequest, InitializeProxyResponse, True, proxy=True),
+    "proxy/successor": MethodSpec("proxy/successor", ProxySuccessorRequest, ProxySuccessorResponse, True, proxy=True),
 })
 
 #: The unstable methods an client handles (the agent calls them).
 UNSTABLE_CLIENT_METHODS: Final = MappingProxyType({
-    "mcp/connect": MethodSpec("mcp/connect", ConnectMcpRequest, ConnectMcpResponse, True),
     "mcp/message": MethodSpec("mcp/message", MessageMcpRequest, MessageMcpResponse, True),
-    "mcp/disconnect": MethodSpec("mcp/disconnect", DisconnectMcpRequest, DisconnectMcpResponse, True),
+    "auth/status_update": MethodSpec("auth/status_update", AuthStatusUpdateNotification, None, True),
+    "proxy/successor": MethodSpec("proxy/successor", ProxySuccessorRequest, ProxySuccessorResponse, True, proxy=True),
 })
 
 
 __all__ = [
-    "ClientNesCapabilities",
-    "CompactionCapabilities",
-    "CompactionId",
-    "CompactionStatus",
-    "CompactionStatuses",
-    "CompactionSummaryChunk",
-    "CompactionUpdate",
+    "AuthStatusCapabilities",
     "McpServerAcp",
     "McpServerAcpId",
-    "NesCapabilities",
-    "NesContextCapabilities",
-    "NesDiagnosticsCapabilities",
-    "NesDocumentDidChangeCapabilities",
-    "NesDocumentDidCloseCapabilities",
-    "NesDocumentDidFocusCapabilities",
-    "NesDocumentDidOpenCapabilities",
-    "NesDocumentDidSaveCapabilities",
-    "NesDocumentEventCapabilities",
-    "NesEditHistoryCapabilities",
-    "NesEventCapabilities",
-    "NesJumpCapabilities",
-    "NesOpenFilesCapabilities",
-    "NesRecentFilesCapabilities",
-    "NesRelatedSnippetsCapabilities",
-    "NesRenameCapabilities",
-    "NesSearchAndReplaceCapabilities",
-    "NesUserActionsCapabilities",
-    "Notice",
-    "NoticeSeverities",
-    "NoticeSeverity",
     "PlanCapabilities",
     "PlanFile",
     "PlanId",
@@ -717,75 +495,77 @@ __all__ = [
     "PlanRemoved",
     "PlanUpdate",
     "PlanUpdateContent",
-    "PositionEncodingKind",
-    "PositionEncodingKinds",
     "ProvidersCapabilities",
+    "RequiresActionStateUpdate",
+    "RunningStateUpdate",
+    "SessionArchiveCapabilities",
+    "SessionArchiveFilter",
+    "SessionArchiveFilters",
+    "SessionCancelCapabilities",
     "SessionForkCapabilities",
-    "TextDocumentSyncKind",
-    "TextDocumentSyncKinds",
+    "SessionMessage",
+    "SessionMessageChunk",
+    "SessionStatusCapabilities",
+    "SessionSystemPromptCapabilities",
+    "SessionSystemPromptModeCapabilities",
+    "SessionSystemPromptOverrideCapabilities",
+    "SessionTitleCapabilities",
+    "StateUpdate",
+    "StateUpdateIdle",
+    "SubagentCapabilities",
+    "SubagentSessionCapabilities",
+    "SubagentUpdate",
+    "SystemPrompt",
+    "SystemPromptMode",
+    "SystemPromptModes",
     "UnknownPlanUpdateContent",
+    "UnknownStateUpdate",
+    "UnknownStateUpdateVariant",
     "Usage",
-    "McpConnectionId",
+    "McpRequestId",
     "ProviderId",
-    "NesSuggestionId",
-    "MessageMcpResponse",
+    "ProxySuccessorResponse",
     "LlmProtocol",
     "LlmProtocols",
-    "NesTriggerKind",
-    "NesTriggerKinds",
-    "NesDiagnosticSeverity",
-    "NesDiagnosticSeverities",
-    "NesRejectReason",
-    "NesRejectReasons",
-    "ConnectMcpRequest",
+    "AuthState",
+    "AuthStates",
+    "SessionStatus",
+    "SessionStatuses",
     "MessageMcpRequest",
-    "DisconnectMcpRequest",
     "ListProvidersResponse",
     "ProviderInfo",
     "ProviderCurrentConfig",
     "SetProviderResponse",
     "DisableProviderResponse",
+    "AuthStatusResponse",
+    "AuthAccount",
     "ForkSessionResponse",
-    "StartNesResponse",
-    "SuggestNesResponse",
-    "NesTextEdit",
-    "Range",
-    "Position",
-    "NesEditSuggestion",
-    "NesJumpSuggestion",
-    "NesRenameSuggestion",
-    "NesSearchAndReplaceSuggestion",
-    "CloseNesResponse",
-    "MessageMcpNotification",
+    "ArchiveSessionResponse",
+    "UnarchiveSessionResponse",
+    "SessionStatusResponse",
+    "SetSessionTitleResponse",
+    "ErrorStopReason",
+    "IdleStateUpdate",
+    "AuthStatusUpdateNotification",
     "ListProvidersRequest",
     "SetProviderRequest",
     "DisableProviderRequest",
+    "AuthStatusRequest",
     "ForkSessionRequest",
-    "StartNesRequest",
-    "WorkspaceFolder",
-    "NesRepository",
-    "SuggestNesRequest",
-    "NesSuggestContext",
-    "NesRecentFile",
-    "NesRelatedSnippet",
-    "NesExcerpt",
-    "NesEditHistoryEntry",
-    "NesUserAction",
-    "NesOpenFile",
-    "NesDiagnostic",
-    "CloseNesRequest",
-    "ConnectMcpResponse",
-    "DisconnectMcpResponse",
-    "DidOpenDocumentNotification",
-    "DidChangeDocumentNotification",
-    "TextDocumentContentChangeEvent",
-    "DidCloseDocumentNotification",
-    "DidSaveDocumentNotification",
-    "DidFocusDocumentNotification",
-    "AcceptNesNotification",
-    "RejectNesNotification",
-    "UnknownNesSuggestion",
-    "NesSuggestion",
+    "ArchiveSessionRequest",
+    "UnarchiveSessionRequest",
+    "SessionStatusRequest",
+    "SetSessionTitleRequest",
+    "MessageMcpResponse",
+    "McpError",
+    "MessageMcpNotification",
+    "ProxyRequest",
+    "ProxySuccessorRequest",
+    "ProxyResponse",
+    "ProxyNotification",
+    "ProxySuccessorNotification",
+    "InitializeProxyRequest",
+    "InitializeProxyResponse",
     "UNSTABLE_AGENT_METHODS",
     "UNSTABLE_CLIENT_METHODS",
 ]
