@@ -111,6 +111,9 @@ class Examples:
     def of_alternative(self, alt: dict[str, Any], depth: int) -> Json:
         if "not" in alt:  # the catch-all of an open union: an unknown tag
             return self.unknown_variant(alt, depth)
+        props = alt.get("properties", {})
+        if props and all(p.get("type") == "null" for p in props.values()):
+            return {}  # the "none" alternative: omitted and null mean the same, null is not written back
         return self.of(alt, depth)
 
     def unknown_variant(self, alt: dict[str, Any], depth: int) -> Json:

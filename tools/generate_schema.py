@@ -243,6 +243,9 @@ class UnionSpec:
     resolved: bool  # msgspec cannot decode it natively
     unknown: str | None
     unstable: bool = False
+    # Titles of the untagged variants (McpServer "stdio", AuthMethod "agent"): a peer that spells
+    # the default variant's tag out ({"type": "stdio", ...}) still gets that variant.
+    implicit: list[tuple[str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -596,6 +599,7 @@ class Generator:
         untagged: list[str] = []
         tag_field: str | None = None
         catch_all = False
+        titles: list[tuple[str, str]] = []
         for alt in alternatives(schema):
             if is_catch_all(alt):
                 catch_all = True
@@ -603,6 +607,8 @@ class Generator:
             tag = alt_tag(alt)
             if tag is None:
                 untagged.append(self.type_expr(alt))
+                if isinstance(alt.get("title"), str) and ref_name(alt):
+                    titles.append((alt["title"], untagged[-1]))
                 continue
             tag_field = tag[0]
             tagged.append((tag[1], self.add_variant(name, alt, tag, base_props, base_req, unstable)))
@@ -612,8 +618,9 @@ class Generator:
             unknown += "Variant"
         if tagged and not resolved and not catch_all and len(tagged) < 2:
             raise SystemExit(f"{name}: a tagged union needs two variants")
+        implicit = titles if tag_field and resolved else []
         self.model.unions.append(
-            UnionSpec(name, doc, tag_field, tagged, untagged, resolved, unknown, unstable)
+            UnionSpec(name, doc, tag_field, tagged, untagged, resolved, unknown, unstable, implicit)
         )
 
     def _base_props(self, base: Schema) -> tuple[dict[str, Schema], list[str]]:
@@ -857,8 +864,11 @@ def render_generated(model: Model, names: set[str]) -> str:
         "from ._runtime import MethodSpec, ResolvedUnion, UnknownVariant, resolve_fields",
         "",
         "",
-        'class _Struct(msgspec.Struct, kw_only=True, omit_defaults=True, rename="camel"):',
-        '    """Base of every generated message type: keyword-only, camelCase on the wire."""',
+        'class _Struct(msgspec.Struct, kw_only=True, omit_defaults=True, rename="camel", forbid_unknown_fields=True):',
+        '    """Base of every generated message type: keyword-only, camelCase on the wire.',
+        "",
+        "    A field this SDK does not know makes the native decode fail, so the lenient path keeps it",
+        '    (see :func:`acp.schema.extra_fields`); a message without one never leaves the fast path."""',
         "",
         "",
         *render_types(view),
@@ -990,7 +1000,7 @@ def render_unions(view: ModuleView) -> list[str]:
         checked = variants + ([union.unknown] if union.unknown else [])
         out += ["if TYPE_CHECKING:", f"    {union.name}: TypeAlias = Union[{', '.join(checked)}]", "else:"]
         if union.resolved:
-            tagged = ", ".join(f"{py_literal(tag)}: {cls}" for tag, cls in union.tagged)
+            tagged = ", ".join(f"{py_literal(tag)}: {cls}" for tag, cls in union.tagged + union.implicit)
             untagged = "".join(f"{v}, " for v in union.untagged)
             out.append(
                 f"    {union.name} = Annotated[Any, ResolvedUnion({py_literal(union.name)}, "
@@ -1124,7 +1134,7 @@ module on first access; ``STABLE_AGENT_METHODS`` / ``STABLE_CLIENT_METHODS`` do 
 def render_init(model: Model, eager: set[str]) -> str:
     unstable = unstable_only_names(model)
     stable = [n for n in public_names(ModuleView(model, eager), _GENERATED_EXTRA) if n not in unstable]
-    runtime = ["Decoder", "MethodSpec", "UnknownVariant", "decoder", "encode", "encoder"]
+    runtime = ["Decoder", "MethodSpec", "UnknownVariant", "decoder", "encode", "encoder", "extra_fields", "with_extra_fields"]
     lines = [
         HEADER,
         INIT_DOC,

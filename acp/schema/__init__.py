@@ -250,6 +250,8 @@ from ._runtime import (
     decoder,
     encode,
     encoder,
+    extra_fields,
+    with_extra_fields,
 )
 
 if TYPE_CHECKING:
@@ -500,4 +502,6 @@ __all__ = [
     "decoder",
     "encode",
     "encoder",
+    "extra_fields",
+    "with_extra_fields",
 ]

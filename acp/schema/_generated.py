@@ -14,8 +14,11 @@ from typing_extensions import TypeAlias
 from ._runtime import MethodSpec, ResolvedUnion, UnknownVariant, resolve_fields
 
 
-class _Struct(msgspec.Struct, kw_only=True, omit_defaults=True, rename="camel"):
-    """Base of every generated message type: keyword-only, camelCase on the wire."""
+class _Struct(msgspec.Struct, kw_only=True, omit_defaults=True, rename="camel", forbid_unknown_fields=True):
+    """Base of every generated message type: keyword-only, camelCase on the wire.
+
+    A field this SDK does not know makes the native decode fail, so the lenient path keeps it
+    (see :func:`acp.schema.extra_fields`); a message without one never leaves the fast path."""
 
 
 # ---- scalar aliases and open enums (plain str/int at runtime) ----
@@ -2007,13 +2010,13 @@ else:
 if TYPE_CHECKING:
     MultiSelectItems: TypeAlias = Union[StringMultiSelectItems, TitledMultiSelectItems, UnknownMultiSelectItems]
 else:
-    MultiSelectItems = Annotated[Any, ResolvedUnion("MultiSelectItems", "type", {"string": StringMultiSelectItems}, (TitledMultiSelectItems, ), UnknownMultiSelectItems)]
+    MultiSelectItems = Annotated[Any, ResolvedUnion("MultiSelectItems", "type", {"string": StringMultiSelectItems, "titled": TitledMultiSelectItems}, (TitledMultiSelectItems, ), UnknownMultiSelectItems)]
 # Items for a multi-select (array) property schema.
 
 if TYPE_CHECKING:
     AuthMethod: TypeAlias = Union[AuthMethodTerminal, AuthMethodAgent, UnknownAuthMethod]
 else:
-    AuthMethod = Annotated[Any, ResolvedUnion("AuthMethod", "type", {"terminal": AuthMethodTerminal}, (AuthMethodAgent, ), UnknownAuthMethod)]
+    AuthMethod = Annotated[Any, ResolvedUnion("AuthMethod", "type", {"terminal": AuthMethodTerminal, "agent": AuthMethodAgent}, (AuthMethodAgent, ), UnknownAuthMethod)]
 # Describes an available authentication method.
 
 if TYPE_CHECKING:
@@ -2037,7 +2040,7 @@ else:
 if TYPE_CHECKING:
     McpServer: TypeAlias = Union[McpServerHttp, McpServerSse, McpServerAcp, McpServerStdio, UnknownMcpServer]
 else:
-    McpServer = Annotated[Any, ResolvedUnion("McpServer", "type", {"http": McpServerHttp, "sse": McpServerSse, "acp": McpServerAcp}, (McpServerStdio, ), UnknownMcpServer)]
+    McpServer = Annotated[Any, ResolvedUnion("McpServer", "type", {"http": McpServerHttp, "sse": McpServerSse, "acp": McpServerAcp, "stdio": McpServerStdio}, (McpServerStdio, ), UnknownMcpServer)]
 # Configuration for connecting to an MCP (Model Context Protocol) server.
 
 if TYPE_CHECKING:

@@ -15,19 +15,36 @@ Decoding has two paths:
 
 ``Unknown…`` values are ``dict`` subclasses, so every msgspec encoder writes them back as the
 raw object: no ``enc_hook`` is needed anywhere.
+
+**Fields this SDK does not know** (a peer's extension, a newer schema) are kept, not dropped: the
+generated Structs forbid unknown fields, so the native decode of such a message fails and the
+lenient path rebuilds it as an instance of a subclass of the type that has one extra field per
+unknown key (made once per type and key set with ``msgspec.defstruct``). It is still an instance
+of the generated class, its extra fields are ordinary attributes (``response.models``), and any
+msgspec encoder writes them back under their original names. :func:`extra_fields` lists them,
+:func:`with_extra_fields` adds some to a value. A message without unknown fields never leaves the
+fast path.
 """
 
 from __future__ import annotations
 
+import keyword
+import logging
+import re
 import sys
 import types
 import typing
+import weakref
+from collections import OrderedDict
+from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Generic, TypeVar, Union, get_args, get_origin, overload
 
 import msgspec
 
 __all__ = [
     "Decoder",
+    "extra_fields",
+    "with_extra_fields",
     "MethodSpec",
     "ResolvedUnion",
     "UnknownVariant",
@@ -38,6 +55,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+_log = logging.getLogger("acp.schema")
 _NoneType = type(None)
 _UnionType = getattr(types, "UnionType", Union)
 
@@ -162,7 +180,8 @@ def decoder(tp: Any) -> Decoder[Any]:
 def resolve_fields(obj: msgspec.Struct) -> None:
     """``__post_init__`` of Structs holding a :class:`ResolvedUnion` field: turn the builtins
     msgspec decoded into typed values (a no-op for values that already are)."""
-    for attr, hint in _resolved_fields(type(obj)):
+    cls = type(obj)
+    for attr, hint in _resolved_fields(_EXTRA_OF[cls][0] if cls in _EXTRA_OF else cls):
         value = getattr(obj, attr)
         if value is not None:
             try:
@@ -324,7 +343,19 @@ def _build_struct(cls: type[msgspec.Struct], value: Any, path: str) -> Any:
     if not isinstance(value, dict):
         raise _error(f"Expected `object`, got `{_json_type(value)}`", path)
     kwargs: dict[str, Any] = {}
-    for field in _plan(cls):
+    plan = _plan(cls)
+    known = _wires(cls)
+    tag_field = cls.__struct_config__.tag_field
+    unknown = [k for k in value if k not in known and k != tag_field]
+    if unknown:
+        keep = tuple(k for k in unknown if _NAME_OK(k))
+        if len(keep) < len(unknown):
+            _log.debug("dropped unknown fields msgspec cannot name at %s: %r", path, set(unknown) - set(keep))
+        if keep:
+            extended, attrs = _extended(cls, keep)
+            kwargs.update((attr, value[wire]) for attr, wire in attrs)
+            cls = extended
+    for field in plan:
         if field.wire not in value:
             if field.required:
                 raise _error(f"Object missing required field `{field.wire}`", path)
@@ -350,6 +381,100 @@ def _build_struct(cls: type[msgspec.Struct], value: Any, path: str) -> Any:
         raise _error(str(exc), path) from None
 
 
+# ---------------------------------------------------------------------------------------------
+# Unknown fields: kept on a subclass with one extra field per unknown key
+
+_WIRES: dict[type, frozenset[str]] = {}
+# (class, unknown keys) -> (extended class, ((attribute, wire name), ...)): the classes made most
+# recently, bounded so that a peer inventing new keys in every message cannot grow it for ever
+# (an evicted class lives on as long as values of it do, and is made anew when needed).
+_EXTENDED: OrderedDict[tuple[type, tuple[str, ...]], tuple[type[Any], tuple[tuple[str, str], ...]]] = OrderedDict()
+_MAX_EXTENDED = 512
+# extended class -> (the generated class it extends, ((attribute, wire name), ...)); weak, so an
+# extended class goes away with its last value.
+_EXTRA_OF: weakref.WeakKeyDictionary[type, tuple[type, tuple[tuple[str, str], ...]]] = weakref.WeakKeyDictionary()
+# msgspec writes field names verbatim: a key with a quote, a backslash or a control character
+# cannot be one (such a key is dropped, logged at DEBUG).
+_NAME_OK = re.compile(r'[^"\\\x00-\x1f]*').fullmatch
+
+
+def _wires(cls: type[msgspec.Struct]) -> frozenset[str]:
+    found = _WIRES.get(cls)
+    if found is None:
+        found = _WIRES[cls] = frozenset(cls.__struct_encode_fields__)
+    return found
+
+
+def _attr_for(wire: str, taken: set[str]) -> str:
+    """A snake_case attribute for an unknown wire key (``fooBar`` -> ``foo_bar``), never
+    shadowing a field or another extra: ``models``, ``vars``, ``extra_``…"""
+    name = re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", wire)
+    name = re.sub(r"[^0-9a-zA-Z_]", "_", name).strip("_").lower() or "field"
+    if name[0].isdigit() or keyword.iskeyword(name):
+        name = f"x_{name}"
+    while name in taken:
+        name += "_"
+    taken.add(name)
+    return name
+
+
+def _extended(cls: type[Any], wires: tuple[str, ...]) -> tuple[type[Any], tuple[tuple[str, str], ...]]:
+    """The subclass of ``cls`` (a generated Struct, or one already extended) with one more field
+    per wire key in ``wires``, and its ((attribute, wire), ...) for those keys."""
+    key = (cls, wires)
+    found = _EXTENDED.get(key)
+    if found is not None:
+        _EXTENDED.move_to_end(key)
+    else:
+        base, before = _EXTRA_OF.get(cls, (cls, ()))
+        taken = set(cls.__struct_fields__)
+        attrs = tuple((_attr_for(wire, taken), wire) for wire in wires)
+        extended = msgspec.defstruct(
+            cls.__name__,
+            [(attr, Any, msgspec.field(name=wire)) for attr, wire in attrs],
+            bases=(cls,),
+            kw_only=True,
+            module=cls.__module__,
+        )
+        extended.__doc__ = cls.__doc__
+        _EXTRA_OF[extended] = (base, before + attrs)
+        found = _EXTENDED[key] = (extended, attrs)
+        if len(_EXTENDED) > _MAX_EXTENDED:
+            _EXTENDED.popitem(last=False)
+    return found
+
+
+def extra_fields(value: msgspec.Struct) -> dict[str, Any]:
+    """The fields of a decoded message that its type does not declare, by wire name
+    (``{"models": {...}}``); empty for a value that had none. They are also attributes of the
+    value (snake_case: ``fooBar`` -> ``value.foo_bar``) and are written back when it is encoded."""
+    _, attrs = _EXTRA_OF.get(type(value), (None, ()))
+    return {wire: getattr(value, attr) for attr, wire in attrs}
+
+
+def with_extra_fields(value: T, extra: Mapping[str, Any]) -> T:
+    """A copy of ``value`` that also carries ``extra`` (wire name -> JSON value) when encoded:
+    for a proxy or a recorder that adds what its own types do not know. Keys the type already
+    declares raise ValueError (set those through their attributes)."""
+    if not isinstance(value, msgspec.Struct):
+        raise TypeError(f"with_extra_fields: expected a message Struct, got {type(value).__name__}")
+    cls = type(value)
+    known = cls.__struct_encode_fields__
+    clash = [k for k in extra if k in known or k == cls.__struct_config__.tag_field]
+    if clash:
+        raise ValueError(f"with_extra_fields: {cls.__name__} already declares {clash}")
+    bad = [k for k in extra if not isinstance(k, str) or not _NAME_OK(k)]
+    if bad:
+        raise ValueError(f"with_extra_fields: {bad} cannot be field names (quote, backslash or control character)")
+    fields = {name: getattr(value, name) for name in cls.__struct_fields__}
+    if not extra:
+        return value
+    extended, attrs = _extended(cls, tuple(extra))
+    fields.update((attr, extra[wire]) for attr, wire in attrs)
+    built: T = extended(**fields)
+    return built
+
+
 def _build_items_skipping(hint: Any, items: list[Any], path: str) -> list[Any]:
     item_hint = _list_item(hint)
     out = []
@@ -370,6 +495,16 @@ def _build_union(hint: Any, value: Any, path: str) -> Any:
         return _build(members[0], value, path)
     unknown = _unknown_for(frozenset(members))
     if unknown is None:
+        structs = [m for m in members if isinstance(m, type) and issubclass(m, msgspec.Struct)]
+        if structs and isinstance(value, dict):
+            first: msgspec.ValidationError | None = None
+            for member in structs:
+                try:
+                    return _build_struct(member, value, path)
+                except msgspec.ValidationError as exc:
+                    first = first or exc
+            assert first is not None
+            raise first
         return _convert(value, hint, path)
     if isinstance(value, (unknown, *members)):
         return value
@@ -393,6 +528,13 @@ def _build_resolved(union: ResolvedUnion, value: Any, path: str) -> Any:
     tag = value.get(union.tag_field) if union.tag_field and isinstance(value, dict) else None
     if tag is not None and tag in union.tagged:
         return _build(union.tagged[tag], value, path)
+    if tag is not None and union.unknown is not None:
+        # A tag this SDK does not know names a variant it has never seen: keep the raw object
+        # (never squeeze it into the default variant, which would drop its fields). Only a
+        # missing tag selects the schema's default (untagged) variant.
+        if not isinstance(tag, str):
+            raise _error(f"Expected `str`, got `{_json_type(tag)}`", f"{path}.{union.tag_field}")
+        return union.unknown(value)
     error: msgspec.ValidationError | None = None
     for variant in union.untagged:
         try:
