@@ -32,6 +32,14 @@ def _schema_only_copy(source: Path, dest: Path) -> Path:
     return dest
 
 
+def _fake_schema(dest: Path) -> Path:
+    """A folder ``find_schema`` accepts (it only looks for the two files)."""
+    (dest / "v1").mkdir(parents=True)
+    for name in ("schema.json", "schema.unstable.json"):
+        (dest / "v1" / name).write_text('{"$defs": {}}')
+    return dest
+
+
 def test_method_keys() -> None:
     assert method_key("session/set_mode") == "session_set_mode"
     assert method_key("$/cancel_request") == "cancel_request"
@@ -89,9 +97,8 @@ def test_npm_copy_generates_what_shared_generates(tmp_path: Path) -> None:
 
 
 def test_find_schema_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    source = require_schema()
-    shared = _schema_only_copy(source, tmp_path / "shared")
-    npm = _schema_only_copy(source, tmp_path / "npm")
+    shared = _fake_schema(tmp_path / "shared")
+    npm = _fake_schema(tmp_path / "npm")
     (shared / "v1" / "meta.json").write_text("{}")
     (shared / "v1" / "meta.unstable.json").write_text("{}")
     monkeypatch.setattr(schema_source, "SHARED_DIR", shared)
@@ -100,7 +107,7 @@ def test_find_schema_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     assert find_schema() == schema_source.SchemaSource(shared, has_meta=True)
     shutil.rmtree(shared)
     assert find_schema() == schema_source.SchemaSource(npm, has_meta=False)
-    other = _schema_only_copy(source, tmp_path / "other")
+    other = _fake_schema(tmp_path / "other")
     monkeypatch.setenv("ACP_SCHEMA_DIR", str(other))
     assert find_schema() == schema_source.SchemaSource(other, has_meta=False)
     assert find_schema(npm).path == npm  # an explicit folder beats the env var
@@ -128,10 +135,10 @@ def test_missing_schema_skips_locally_and_fails_under_ci(
 
 
 def test_cli_prints_the_folder_or_says_how_to_get_one(tmp_path: Path) -> None:
-    source = require_schema()
+    source = _fake_schema(tmp_path / "schema")
     env = {**os.environ, "ACP_SCHEMA_DIR": str(source)}
     found = subprocess.run([sys.executable, str(TOOL)], env=env, capture_output=True, text=True, timeout=30)
     assert (found.returncode, found.stdout) == (0, f"{source}\n")
-    env["ACP_SCHEMA_DIR"] = str(tmp_path)
+    env["ACP_SCHEMA_DIR"] = str(tmp_path / "empty")
     bad = subprocess.run([sys.executable, str(TOOL)], env=env, capture_output=True, text=True, timeout=30)
-    assert bad.returncode == 1 and f"schema: error: {tmp_path} has no v1/schema.json" in bad.stderr
+    assert bad.returncode == 1 and f"schema: error: {tmp_path / 'empty'} has no v1/schema.json" in bad.stderr
