@@ -3,7 +3,10 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-SCHEMA_DIR ?= ../shared/acp-schema
+# The ACP JSON Schema folder for `make schema`. Left empty, tools/schema_source.py finds it:
+# $ACP_SCHEMA_DIR, else ../shared/acp-schema, else the copy in the TypeScript SDK that
+# `make interop-setup` installs (tests/interop/node_modules/@agentclientprotocol/sdk/schema).
+SCHEMA_DIR ?=
 
 .PHONY: install test test-load test-all lint schema bench bench-setup demo clean interop-setup interop-python-setup
 
@@ -72,7 +75,8 @@ lint: $(STAMP)
 	$(PY) -m mypy --strict acp
 
 schema: $(STAMP)
-	$(PY) tools/generate_schema.py --schema-dir $(SCHEMA_DIR) --out acp/schema
+	@dir=$$($(PY) tools/schema_source.py $(SCHEMA_DIR)) && echo "schema: from $$dir" && \
+	  $(PY) tools/generate_schema.py --schema-dir "$$dir" --out acp/schema
 
 # Our SDK vs the official Python SDK (its own venv, installed on first use) vs a bare msgspec
 # pipe, side by side; results in benchmarks/results/latest.json. BENCH_ARGS: --quick, --only rtt...

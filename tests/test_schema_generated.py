@@ -12,13 +12,19 @@ from typing import Any
 
 import msgspec
 import pytest
+from schema_source import read_meta
 
 import acp.schema
 import acp.schema.unstable
+from tests.helpers.schema_files import require_schema
 
 REPO = Path(__file__).resolve().parents[1]
-SCHEMA_DIR = REPO.parent / "shared" / "acp-schema"
-needs_schema = pytest.mark.skipif(not SCHEMA_DIR.is_dir(), reason=f"{SCHEMA_DIR} is absent")
+
+
+@pytest.fixture(scope="module")
+def schema_dir() -> Path:
+    """../shared/acp-schema or the TypeScript SDK's copy; skips without one (fails under CI)."""
+    return require_schema()
 
 
 def _load_generator() -> ModuleType:
@@ -30,15 +36,14 @@ def _load_generator() -> ModuleType:
     return module
 
 
-def _defs(name: str) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((SCHEMA_DIR / "v1" / name).read_text(encoding="utf-8"))
+def _defs(schema_dir: Path, name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((schema_dir / "v1" / name).read_text(encoding="utf-8"))
     return data["$defs"]  # type: ignore[no-any-return]
 
 
-@needs_schema
-def test_committed_output_is_up_to_date(tmp_path: Path) -> None:
+def test_committed_output_is_up_to_date(schema_dir: Path, tmp_path: Path) -> None:
     generator = _load_generator()
-    list(generator.write(generator.generate(SCHEMA_DIR), tmp_path))
+    list(generator.write(generator.generate(schema_dir), tmp_path))
     committed = REPO / "acp" / "schema"
     stale = [
         p.name
@@ -48,23 +53,20 @@ def test_committed_output_is_up_to_date(tmp_path: Path) -> None:
     assert not stale, f"acp/schema is stale ({stale}): run `make schema`"
 
 
-@needs_schema
-def test_generator_is_deterministic() -> None:
+def test_generator_is_deterministic(schema_dir: Path) -> None:
     generator = _load_generator()
-    assert generator.generate(SCHEMA_DIR) == generator.generate(SCHEMA_DIR)
+    assert generator.generate(schema_dir) == generator.generate(schema_dir)
 
 
-@needs_schema
-def test_every_stable_def_is_in_acp_schema() -> None:
-    missing = [name for name in _defs("schema.json") if not hasattr(acp.schema, name)]
+def test_every_stable_def_is_in_acp_schema(schema_dir: Path) -> None:
+    missing = [name for name in _defs(schema_dir, "schema.json") if not hasattr(acp.schema, name)]
     assert not missing
-    assert set(_defs("schema.json")) <= set(acp.schema.__all__)
+    assert set(_defs(schema_dir, "schema.json")) <= set(acp.schema.__all__)
 
 
-@needs_schema
-def test_every_unstable_only_def_is_exported() -> None:
-    stable = _defs("schema.json")
-    only = [n for n in _defs("schema.unstable.json") if n not in stable]
+def test_every_unstable_only_def_is_exported(schema_dir: Path) -> None:
+    stable = _defs(schema_dir, "schema.json")
+    only = [n for n in _defs(schema_dir, "schema.unstable.json") if n not in stable]
     assert len(only) > 50
     missing = [n for n in only if not (hasattr(acp.schema.unstable, n) or hasattr(acp.schema, n))]
     assert not missing
@@ -72,10 +74,9 @@ def test_every_unstable_only_def_is_exported() -> None:
     assert not set(only) & set(acp.schema.__all__)
 
 
-@needs_schema
-def test_wire_names_match_schema_properties() -> None:
+def test_wire_names_match_schema_properties(schema_dir: Path) -> None:
     """Every field's wire name is a property of the schema type, and `_meta` is `field_meta`."""
-    defs = _defs("schema.unstable.json")
+    defs = _defs(schema_dir, "schema.unstable.json")
     checked = 0
     for name, schema in defs.items():
         cls = getattr(acp.schema, name, None) or getattr(acp.schema.unstable, name, None)
@@ -127,10 +128,9 @@ def test_method_tables() -> None:
         prompt.unstable = True  # type: ignore[misc]
 
 
-@needs_schema
-def test_method_tables_cover_meta() -> None:
-    meta = json.loads((SCHEMA_DIR / "v1" / "meta.unstable.json").read_text(encoding="utf-8"))
-    stable_meta = json.loads((SCHEMA_DIR / "v1" / "meta.json").read_text(encoding="utf-8"))
+def test_method_tables_cover_meta(schema_dir: Path) -> None:
+    meta = read_meta(schema_dir / "v1", "schema.unstable.json")  # the file, or derived (npm copy)
+    stable_meta = read_meta(schema_dir / "v1", "schema.json")
     protocol = set(meta["protocolMethods"].values())
     proxy = set(meta["proxyMethods"].values())
     assert set(acp.schema.AGENT_METHODS) == set(meta["agentMethods"].values()) | protocol | proxy

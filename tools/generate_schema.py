@@ -5,7 +5,9 @@ Usage::
 
     python tools/generate_schema.py --schema-dir ../shared/acp-schema --out acp/schema
 
-Inputs are ``<schema-dir>/v1/{schema,schema.unstable,meta,meta.unstable}.json``. The stable and the
+Inputs are ``<schema-dir>/v1/{schema,schema.unstable,meta,meta.unstable}.json``; without the meta
+files (the TypeScript SDK's npm copy has none) they are derived from the schema by
+``tools/schema_source.py``, which also finds the folder for ``make schema``. The stable and the
 unstable schema are *merged*: the unstable one is a superset (more types, more optional fields,
 more union variants), so one set of classes serves both; whatever only the unstable schema has is
 marked (``Unstable:`` docstrings, ``UNSTABLE_TYPES`` / ``UNSTABLE_FIELDS``), and a field that only
@@ -44,6 +46,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from schema_source import read_meta  # tools/schema_source.py: the script's folder is on sys.path
 
 Schema = dict[str, Any]
 
@@ -89,8 +93,8 @@ def load_inputs(schema_dir: Path) -> Inputs:
     return Inputs(
         stable=stable["$defs"],
         unstable=unstable["$defs"],
-        meta=read("meta.json"),
-        meta_unstable=read("meta.unstable.json"),
+        meta=read_meta(v1, "schema.json"),  # the meta file, or derived from the schema (npm copy)
+        meta_unstable=read_meta(v1, "schema.unstable.json"),
         root_unstable=unstable,
     )
 
