@@ -39,6 +39,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import acp
 from acp import rpc, schema
 from acp.agent import PromptContext, SyncAgent
 from acp.client import ClientRequestContext, SyncClient
@@ -101,7 +102,8 @@ def _fuzz_rounds(strategy: Any, target: Target) -> tuple[float, int, int]:
         after = tracemalloc.take_snapshot()
     finally:
         tracemalloc.stop()
-    sdk = [tracemalloc.Filter(True, "*/acp/*", all_frames=True)]
+    # The package's own folder: "*/acp/*" would also match a checkout named acp (and its .venv).
+    sdk = [tracemalloc.Filter(True, os.path.join(os.path.dirname(acp.__file__), "*"), all_frames=True)]
     kept = sum(d.size_diff for d in after.filter_traces(sdk).compare_to(before.filter_traces(sdk), "filename"))
     return elapsed, rss_growth, kept
 
