@@ -410,10 +410,10 @@ def test_peer_answers_unknown_ids(raw: tuple[Connection, RawPeer]) -> None:
         {"result": {"x": 1}, "error": {"code": -32000, "message": "both"}},
         {"error": {"code": "not a number", "message": "bad"}},
         {"error": None},
-        {},  # neither result nor error
         {"jsonrpc": "1.0", "result": {}},
+        {"jsonrpc": None, "result": {}},
     ],
-    ids=["result-and-error", "bad-error-object", "null-error", "neither", "wrong-version"],
+    ids=["result-and-error", "bad-error-object", "null-error", "wrong-version", "null-version"],
 )
 def test_malformed_answer_fails_its_call_and_is_not_answered_back(
     raw: tuple[Connection, RawPeer], answer: dict[str, Any]
@@ -432,6 +432,27 @@ def test_malformed_answer_fails_its_call_and_is_not_answered_back(
     assert peer.recv()["method"] == "next"  # nothing was sent back for the malformed answer
     peer.send({"jsonrpc": "2.0", "id": msg["id"] + 1, "result": {"ok": 1}})
     assert after.result(WAIT) == {"ok": 1}
+    assert_echo_works(conn, peer)
+
+
+def test_object_with_an_id_but_no_method_is_answered_as_an_invalid_request(
+    raw: tuple[Connection, RawPeer],
+) -> None:
+    """``{"jsonrpc": "2.0", "id": N}`` (no method, no result, no error) is a request without a
+    method: answered -32600 with its id, so its sender does not wait for ever. A pending call
+    of ours with the same id is not touched by it."""
+    conn, peer = raw
+    conn.start()
+    future = conn.request_future("q", timeout=None)
+    msg = await_request(peer, "q")
+    for bare in ({"jsonrpc": "2.0", "id": msg["id"]}, {"jsonrpc": "2.0", "id": "s", "params": {}}):
+        peer.send(bare)
+        answer = peer.recv()
+        assert answer["id"] == bare["id"] and answer["error"]["code"] == -32600, answer
+        assert "method" in answer["error"]["data"]["reason"]
+    assert not future.done()
+    peer.send({"jsonrpc": "2.0", "id": msg["id"], "result": {"late": 1}})
+    assert future.result(WAIT) == {"late": 1}
     assert_echo_works(conn, peer)
 
 
