@@ -118,7 +118,7 @@ def test_tool_calls_end_completed_with_a_diff(scenario: Harness) -> None:
 
 @pytest.mark.parametrize(
     ("answer", "expected", "status"),
-    [("allow", "allowed", "completed"), ("reject", "rejected", "completed"), (None, "rejected", "failed")],
+    [("allow", "allowed", "completed"), ("reject", "rejected", "failed"), (None, "rejected", "failed")],
 )
 def test_permission_reports_the_outcome(tmp_path: Path, answer: str | None, expected: str, status: str) -> None:
     permissions = ScriptedPermissions(answer)
