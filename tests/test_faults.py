@@ -557,9 +557,9 @@ def test_handler_blocked_forever_graceful_close_bound(no_thread_leak: None) -> N
         started = time.monotonic()
         conn.close(graceful=True, timeout=0.5)
         elapsed = time.monotonic() - started
-        # Documented bound: up to `timeout` for the handler to answer, then the call is
-        # cancelled and up to `timeout` more for it to notice; about 1 s here.
-        assert 0.5 <= elapsed < 2.5, elapsed
+        # The call is cancelled at once, and close waits up to `timeout` in all (plus a short
+        # grace for the engine's own threads): about 0.6 s here for a handler that ignores it.
+        assert 0.5 <= elapsed < 1.5, elapsed
         assert calls[0].is_cancelled
         # Only the thread inside the handler is left; reader, dispatcher, housekeeper and
         # idle pool threads are gone.
