@@ -86,6 +86,7 @@ _FLUSH_BYTES = 64 * 1024
 # request, or at the latest after this long (checked by the housekeeper).
 _PARK_LIMIT = 0.001
 _PARK_WATCH = 0.05  # the housekeeper keeps checking this long after the last park
+_STOP_GRACE = 0.1  # close() joins threads at least this long, even past its timeout
 
 WireTap = Callable[[str, bytes], None]
 """Receives ("in" | "out", line) for every line, for debugging."""
@@ -135,9 +136,11 @@ class TimerHandle:
 class InboundCall:
     """One inbound request while its handler runs: its id, method and cancellation state.
 
-    ``cancelled`` is set when the peer sends ``$/cancel_request`` for it (or the connection
-    closes); ``on_cancel`` callbacks then run on the thread that cancelled it, so keep them
-    short and non-blocking.
+    ``cancelled`` is set when the peer sends ``$/cancel_request`` for it, when the input ends
+    (the peer is gone) and as soon as :meth:`Connection.close` starts; ``on_cancel`` callbacks
+    then run on the thread that cancelled it, so keep them short and non-blocking. After the
+    end of input or during a graceful close the request can still be answered
+    (:attr:`is_answered` tells).
     """
 
     __slots__ = ("connection", "id", "method", "attachment", "_cancelled", "_callbacks")
@@ -167,6 +170,12 @@ class InboundCall:
         """True once the request was cancelled."""
         event = self._cancelled
         return event is not None and event.is_set()
+
+    @property
+    def is_answered(self) -> bool:
+        """True once the request was answered, or can no longer be: the engine answered a
+        ``$/cancel_request`` for it, or the connection closed."""
+        return self.connection._inbound.get(self.id) is not self
 
     def on_cancel(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` when the request is cancelled (at once if it already is)."""
@@ -462,14 +471,18 @@ class Connection:
     def close(self, graceful: bool = False, timeout: float | None = 5.0) -> None:
         """Close the connection; idempotent.
 
-        ``graceful=False`` stops at once: queued work is dropped, running handlers see their
-        call cancelled, pending calls fail with ConnectionClosedError. ``graceful=True`` first
-        stops taking new requests, drains the queue and waits (up to ``timeout``) for running
-        handlers, while still reading the answers they wait for.
+        Every running handler sees its call cancelled at once. ``graceful=False`` then stops:
+        queued work is dropped, pending calls fail with ConnectionClosedError.
+        ``graceful=True`` first stops taking new requests, drains the queue and waits for
+        running handlers (which may still answer), while still reading the answers they wait
+        for. Either way close waits about ``timeout`` at most, in all.
         """
+        deadline = None if timeout is None else time.monotonic() + timeout
         if graceful and not self._closed and self._started:
             self._closing = True
-            deadline = None if timeout is None else time.monotonic() + timeout
+            # Cancelled first, so handlers blocked on a user or a peer give up now instead of
+            # at the end of the wait; their answers still go out.
+            self._cancel_inbound()
             if not self._eof:
                 self._queue.put([_DRAIN_MARK])  # dispatcher flags the drain when it gets here
             self._drain_done.wait(_remaining(deadline))
@@ -498,10 +511,14 @@ class Connection:
         self._queue.put(None)
         with self._house_cond:
             self._house_cond.notify()
+        # One deadline for every join below (a little past ``timeout`` when the graceful wait
+        # used it all up, so threads that are merely finishing are still waited for).
+        if deadline is not None:
+            deadline = max(deadline, time.monotonic() + _STOP_GRACE)
         current = threading.current_thread()
         for thread in (self._reader, self._dispatcher, self._house_thread):
             if thread is not None and thread is not current:
-                thread.join(timeout)
+                thread.join(_remaining(deadline))
         # Requests still queued never run: they no longer count as running. (The stop mark
         # goes back in: close() may run on the dispatcher itself, which still has to see it.)
         while not self._queue.empty():
@@ -513,10 +530,18 @@ class Connection:
             pool = self._executor
             assert isinstance(pool, HandlerPool)
             pool.shutdown(wait=False)
-            if not pool.join(timeout):
+            if not pool.join(_remaining(deadline)):
                 _log.warning("%s: a handler is still running after close", self.name)
         self._drained.set()
         self._run_close_callbacks()
+
+    def _cancel_inbound(self) -> None:
+        """Set every inbound call's ``cancelled`` (the peer is gone, or we are closing); the
+        calls stay answerable."""
+        with self._state_lock:
+            inbound = list(self._inbound.values())
+        for call in inbound:
+            call._cancel()
 
     # ------------------------------------------------------------------ outbound calls
 
@@ -1039,6 +1064,8 @@ class Connection:
     def _on_eof(self) -> None:
         self._eof = True
         self._fail_pending(ConnectionClosedError("connection closed by peer"))
+        # The peer is gone: no handler need wait for it (or for a user) any longer.
+        self._cancel_inbound()
         self._queue.put([_EOF_MARK])
 
     # ------------------------------------------------------------------ dispatching
@@ -1060,7 +1087,7 @@ class Connection:
                     run_notification(msg, handlers.get(msg.method))
                     self._dispatcher_asked = False
                 elif cls is tuple:
-                    if msg[0].is_cancelled:  # cancelled while queued: answered already
+                    if msg[0].is_answered:  # $/cancel_request while queued: answered already
                         self._handler_done()
                     else:
                         self._launch(msg)
@@ -1177,11 +1204,13 @@ class Connection:
                 _log.exception("%s: %s handler failed", self.name, call.method)
                 if self._claim(call):
                     self._answer_error(call.id, INTERNAL_ERROR, "Internal error")
-            except SystemExit:
-                # sys.exit() in a handler thread would end only that thread (the reader, when it
-                # ran the handler itself) and leave the request unanswered: answer it instead.
-                _log.error("%s: %s handler raised SystemExit; answered as an internal error "
-                           "(sys.exit() in a handler does not end the process)", self.name, call.method)
+            except BaseException as exc:
+                # sys.exit() (or a KeyboardInterrupt raised by hand) in a handler thread would end
+                # only that thread (the reader, when it ran the handler itself) and leave the
+                # request unanswered: answer it instead.
+                _log.error("%s: %s handler raised %s; answered as an internal error%s", self.name, call.method,
+                           type(exc).__name__,
+                           " (sys.exit() in a handler does not end the process)" if isinstance(exc, SystemExit) else "")
                 if self._claim(call):
                     self._answer_error(call.id, INTERNAL_ERROR, "Internal error")
             else:

@@ -494,6 +494,33 @@ def test_http_the_cookie_is_what_sticks(http_deployment: Deployment, tmp_path: P
 # ------------------------------------------------------------------------------ the service alone
 
 
+def test_service_deletes_sessions_and_unknown_ones_silently(tmp_path: Path) -> None:
+    """The service alone: ``session/delete`` removes a session, and deleting one that does not
+    exist (any more) succeeds, as the spec advises."""
+    backend = Proc("b1", [
+        sys.executable, "-m", "acp.examples.session_service", "--port", "0", "--name", "b1",
+        "--sessions-dir", str(tmp_path / "sessions"),
+    ], cwd=tmp_path)
+    try:
+        url = backend.wait_for(r"^listening (\S+)$").group(1)
+        with acp.SyncClient.builder().connect(url).build() as client:
+            client.initialize()
+            assert client.capabilities.supports_delete_session()
+            kept = client.new_session(cwd=str(tmp_path)).session_id
+            gone = client.new_session(cwd=str(tmp_path)).session_id
+            client.delete_session(gone)
+            assert [s.session_id for s in client.list_sessions().sessions] == [kept]
+            client.delete_session(gone)  # already deleted: still a success
+            client.delete_session("0" * 32)  # never existed
+            client.delete_session("../not-an-id")  # cannot exist
+            with pytest.raises(RequestError) as info:
+                client.load_session(gone, cwd=str(tmp_path))
+            assert info.value.code == -32002
+        assert backend.popen.poll() is None
+    finally:
+        backend.stop()
+
+
 @pytest.mark.parametrize("transport", ["ws", "http"])
 def test_sigterm_answers_the_turn_in_flight_then_exits(transport: str, tmp_path: Path) -> None:
     if transport == "http":

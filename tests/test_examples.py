@@ -118,7 +118,7 @@ def test_tool_calls_end_completed_with_a_diff(scenario: Harness) -> None:
 
 @pytest.mark.parametrize(
     ("answer", "expected", "status"),
-    [("allow", "allowed", "completed"), ("reject", "rejected", "completed"), (None, "rejected", "failed")],
+    [("allow", "allowed", "completed"), ("reject", "rejected", "failed"), (None, "rejected", "failed")],
 )
 def test_permission_reports_the_outcome(tmp_path: Path, answer: str | None, expected: str, status: str) -> None:
     permissions = ScriptedPermissions(answer)
@@ -286,8 +286,25 @@ def test_session_lifecycle(scenario: Harness) -> None:
     with pytest.raises(acp.RequestError) as info:
         client.load_session(second, cwd=scenario.folder)
     assert info.value.code == -32002
-    with pytest.raises(acp.RequestError):
-        client.delete_session(second)
+    # Deleting what is already gone (or never existed) succeeds, as the spec advises.
+    client.delete_session(second)
+    client.delete_session("no-such-session")
+
+
+def test_session_close_cancels_the_running_turn(scenario: Harness) -> None:
+    """``session/close`` mid-turn: the SDK cancels the turn and answers it ``cancelled`` before
+    the scenario agent's close handler runs; the session then refuses prompts until resumed."""
+    result: list[schema.PromptResponse] = []
+    worker = threading.Thread(target=lambda: result.append(scenario.prompt("wait_for_cancel")))
+    worker.start()
+    assert scenario.recorder.wait_for(lambda r: "waiting" in r.messages_text(), WAIT)
+    scenario.client.close_session(scenario.session_id)
+    worker.join(WAIT)
+    assert not worker.is_alive()
+    assert result[0].stop_reason == "cancelled"
+    with pytest.raises(acp.RequestError) as info:
+        scenario.prompt("echo closed")
+    assert info.value.code == -32002 and "closed" in info.value.message
 
 
 def test_session_info_update_on_first_prompt(scenario: Harness) -> None:

@@ -410,10 +410,10 @@ def test_peer_answers_unknown_ids(raw: tuple[Connection, RawPeer]) -> None:
         {"result": {"x": 1}, "error": {"code": -32000, "message": "both"}},
         {"error": {"code": "not a number", "message": "bad"}},
         {"error": None},
-        {},  # neither result nor error
         {"jsonrpc": "1.0", "result": {}},
+        {"jsonrpc": None, "result": {}},
     ],
-    ids=["result-and-error", "bad-error-object", "null-error", "neither", "wrong-version"],
+    ids=["result-and-error", "bad-error-object", "null-error", "wrong-version", "null-version"],
 )
 def test_malformed_answer_fails_its_call_and_is_not_answered_back(
     raw: tuple[Connection, RawPeer], answer: dict[str, Any]
@@ -432,6 +432,27 @@ def test_malformed_answer_fails_its_call_and_is_not_answered_back(
     assert peer.recv()["method"] == "next"  # nothing was sent back for the malformed answer
     peer.send({"jsonrpc": "2.0", "id": msg["id"] + 1, "result": {"ok": 1}})
     assert after.result(WAIT) == {"ok": 1}
+    assert_echo_works(conn, peer)
+
+
+def test_object_with_an_id_but_no_method_is_answered_as_an_invalid_request(
+    raw: tuple[Connection, RawPeer],
+) -> None:
+    """``{"jsonrpc": "2.0", "id": N}`` (no method, no result, no error) is a request without a
+    method: answered -32600 with its id, so its sender does not wait for ever. A pending call
+    of ours with the same id is not touched by it."""
+    conn, peer = raw
+    conn.start()
+    future = conn.request_future("q", timeout=None)
+    msg = await_request(peer, "q")
+    for bare in ({"jsonrpc": "2.0", "id": msg["id"]}, {"jsonrpc": "2.0", "id": "s", "params": {}}):
+        peer.send(bare)
+        answer = peer.recv()
+        assert answer["id"] == bare["id"] and answer["error"]["code"] == -32600, answer
+        assert "method" in answer["error"]["data"]["reason"]
+    assert not future.done()
+    peer.send({"jsonrpc": "2.0", "id": msg["id"], "result": {"late": 1}})
+    assert future.result(WAIT) == {"late": 1}
     assert_echo_works(conn, peer)
 
 
@@ -536,9 +557,9 @@ def test_handler_blocked_forever_graceful_close_bound(no_thread_leak: None) -> N
         started = time.monotonic()
         conn.close(graceful=True, timeout=0.5)
         elapsed = time.monotonic() - started
-        # Documented bound: up to `timeout` for the handler to answer, then the call is
-        # cancelled and up to `timeout` more for it to notice; about 1 s here.
-        assert 0.5 <= elapsed < 2.5, elapsed
+        # The call is cancelled at once, and close waits up to `timeout` in all (plus a short
+        # grace for the engine's own threads): about 0.6 s here for a handler that ignores it.
+        assert 0.5 <= elapsed < 1.5, elapsed
         assert calls[0].is_cancelled
         # Only the thread inside the handler is left; reader, dispatcher, housekeeper and
         # idle pool threads are gone.

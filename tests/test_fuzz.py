@@ -7,6 +7,8 @@ Every line is answered per spec or ignored, and a normal request round-trips aft
 * JSON but not an object (a scalar, an empty array)                   -> -32600, id null
 * a request whose id is not an integer or a string                    -> -32600, id null
 * a request whose params are not an object or an array                -> -32600, its id
+* a request whose "jsonrpc" is missing or not "2.0"                    -> -32600, its id
+* an object with an id but no method, result nor error                -> -32600, its id
 * a request for a method nobody handles                               -> -32601, its id
 * a request whose params miss a required field or have it mistyped    -> -32602, its id
 * a notification (known, unknown, mistyped), or a malformed response  -> nothing
@@ -252,7 +254,7 @@ def cases(draw: Any, templates: list[tuple[str, dict[str, Any] | None, bool]]) -
                 "valid", "drop-required", "mistype-required", "mutate", "unknown-method",
                 "params-scalar", "bad-id", "bad-version", "method-not-string", "not-json",
                 "scalar", "empty-batch", "batch", "deep", "huge-number", "nul", "bad-utf8",
-                "response", "random-bytes",
+                "response", "no-method", "random-bytes",
             ]
         )
     )
@@ -297,7 +299,15 @@ def cases(draw: Any, templates: list[tuple[str, dict[str, Any] | None, bool]]) -
         msg = {"jsonrpc": "2.0", "id": bad, "method": method}
         return Case(kind, _dump(msg), ("error", -32600, None), [])
     if kind == "bad-version":
-        msg = {"jsonrpc": draw(st.sampled_from(["1.0", "2", 2, 2.0])), "id": msg_id, "method": method}
+        # A wrong or missing "jsonrpc" makes an invalid request, answered with its id.
+        version = draw(st.sampled_from(["1.0", "2", 2, 2.0, None, "absent"]))
+        msg = {"id": msg_id, "method": method} if version == "absent" else {"jsonrpc": version, "id": msg_id, "method": method}
+        return Case(kind, _dump(msg), ("error", -32600, msg_id), [msg_id])
+    if kind == "no-method":
+        # An id but no method, result nor error: a request without a method, answered.
+        msg = {"jsonrpc": "2.0", "id": msg_id}
+        if draw(st.booleans()):
+            msg["params"] = params if params is not None else {}
         return Case(kind, _dump(msg), ("error", -32600, msg_id), [msg_id])
     if kind == "method-not-string":
         msg = {"jsonrpc": "2.0", "id": msg_id, "method": draw(st.one_of(st.integers(), st.just(["x"]), st.just({"m": 1})))}
@@ -351,10 +361,9 @@ def cases(draw: Any, templates: list[tuple[str, dict[str, Any] | None, bool]]) -
         # "\xffmethod" key leaves no method). The SDK's own envelope decoder tells which ids
         # to wait for; the answers are then checked against the general rules.
         envelope = rpc.decode_line(line)
-        carried = [envelope.id] if type(envelope) is rpc.Request else []
         if type(envelope) is rpc.Invalid and envelope.code == -32700:
             return Case(kind, line, ("error", -32700, None), [])
-        return Case(kind, line, None, carried)
+        return Case(kind, line, None, _requests_in(line))
     if kind == "response":
         answer = draw(
             st.sampled_from(
@@ -362,8 +371,9 @@ def cases(draw: Any, templates: list[tuple[str, dict[str, Any] | None, bool]]) -
                     {"jsonrpc": "2.0", "id": msg_id, "result": {}},
                     {"jsonrpc": "2.0", "id": msg_id, "error": {"code": -32000, "message": "x"}},
                     {"jsonrpc": "2.0", "id": msg_id, "result": {}, "error": {"code": 1, "message": "x"}},
-                    {"jsonrpc": "2.0", "id": msg_id},
                     {"jsonrpc": "2.0", "id": None, "error": {"code": "bad"}},
+                    {"id": msg_id, "result": {}},  # no "jsonrpc": still never answered
+                    {"jsonrpc": "1.0", "id": msg_id, "error": {"code": -32000, "message": "x"}},
                     {"jsonrpc": "2.0", "result": 1},
                 ]
             )

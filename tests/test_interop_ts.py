@@ -116,14 +116,17 @@ def test_ts_client_drives_our_agent(node: str, tmp_path: Path) -> None:
     allow, reject = _turn(summary, 2, "permission"), _turn(summary, 3, "permission")
     requests = summary["permissionRequests"]
     assert len(requests) == 3
-    for turn, request, word in ((allow, requests[0], "allowed"), (reject, requests[1], "denied")):
+    for turn, request, word, status in (
+        (allow, requests[0], "allowed", "completed"),
+        (reject, requests[1], "denied", "failed"),  # a denied edit is not shown as done
+    ):
         kinds = [u["sessionUpdate"] for u in turn["updates"]]
         assert kinds == ["tool_call", "tool_call_update", "agent_message_chunk"]
         call, settled = turn["updates"][0], turn["updates"][1]
         assert call["status"] == "pending" and call["kind"] == "edit" and call["title"] == "Edit config.toml"
         assert request["sessionId"] == session_id
         assert request["toolCall"]["toolCallId"] == call["toolCallId"] == settled["toolCallId"]
-        assert settled["status"] == "completed"
+        assert settled["status"] == status
         assert {o["kind"] for o in request["options"]} == {"allow_once", "reject_once"}
         assert texts(turn["updates"]) == [f"permission: {word}"]
         assert turn["stopReason"] == "end_turn"

@@ -99,6 +99,27 @@ def test_invalid_envelopes(obj: Any, expected_id: Any) -> None:
     assert msg.reason
 
 
+@pytest.mark.parametrize(
+    ("obj", "expected_id", "response"),
+    [
+        # A request or notification needs "jsonrpc": "2.0": absent, null or wrong, it is invalid
+        # (answered, with its id when it has one).
+        ({"id": 3, "method": "m"}, 3, False),
+        ({"jsonrpc": None, "id": "a", "method": "m"}, "a", False),
+        ({"method": "session/cancel", "params": {}}, None, False),
+        ({"jsonrpc": "2.0", "id": 3}, 3, False),  # an id but no method: a request without one
+        ({"jsonrpc": "2.0", "id": 3, "params": {}}, 3, False),
+        # A response with a bad version is a malformed answer: never answered back.
+        ({"id": 3, "result": {}}, 3, True),
+        ({"jsonrpc": "1.0", "id": 3, "error": {"code": 1, "message": "m"}}, 3, True),
+    ],
+)
+def test_version_and_method_are_required(obj: Any, expected_id: Any, response: bool) -> None:
+    msg = decode(obj)
+    assert isinstance(msg, rpc.Invalid), msg
+    assert (msg.code, msg.id, msg.response) == (INVALID_REQUEST, expected_id, response)
+
+
 def test_batch_items_are_each_handled() -> None:
     msgs = decode([{"jsonrpc": "2.0", "method": "a"}, 3, {"jsonrpc": "2.0", "id": 1, "method": "b"}])
     assert isinstance(msgs, list) and len(msgs) == 3

@@ -121,12 +121,19 @@ class AgentConnection:
         try:
             if not graceful:
                 self._state.turns.cancel_all(closing=True)
+            # The engine cancels every running request (prompt turns included) as close begins.
             self.connection.close(graceful=graceful, timeout=timeout)
-            self._state.turns.cancel_all(closing=True)
+            self._state.turns.abort_all()
         finally:
             self._agent._forget(self)
             self._closed.set()
             _log.debug("%s closed", self.name)
+
+    def _cancel_all(self) -> None:
+        # Every turn and running request sees ``cancelled`` now (close() does it too, but a
+        # SyncAgent closes its connections one after the other).
+        self._state.turns.cancel_all(closing=True)
+        self.connection._cancel_inbound()
 
     def _closing_thread_is_current(self) -> bool:
         return self._closer is threading.current_thread()
@@ -210,10 +217,13 @@ class SyncAgent:
         return theirs
 
     def close(self, timeout: float | None = 5.0) -> None:
-        """Close every connection (turns cancelled at once); no new ones are accepted."""
+        """Close every connection (every turn and running request is cancelled at once, on all
+        of them); no new ones are accepted."""
         with self._lock:
             self._closed = True
             connections = list(self._connections)
+        for handle in connections:
+            handle._cancel_all()
         for handle in connections:
             handle.close(graceful=False, timeout=timeout)
 

@@ -40,6 +40,8 @@ def install(spec: AgentSpec, state: ConnectionState) -> None:
         row = BY_WIRE[wire]
         if wire == "session/prompt":
             conn.on_request(wire, _prompt(fn, state), schema.PromptRequest, on_arrival=_prompt_arrived(state))
+        elif wire == "session/close":
+            conn.on_request(wire, _close_session(fn, state, spec), schema.CloseSessionRequest)
         elif wire == "authenticate":
             conn.on_request(wire, _authenticate(fn, state), schema.AuthenticateRequest)
         elif row.notification:
@@ -137,6 +139,20 @@ def _authenticate(fn: Callable[..., Any], state: ConnectionState) -> Callable[[A
     return run
 
 
+def _close_session(fn: Callable[..., Any], state: ConnectionState, spec: AgentSpec) -> Callable[[Any, InboundCall], Any]:
+    # Spec: the agent must cancel any ongoing work of the session, then free it. The SDK does
+    # the first half, as for session/cancel: the turn is cancelled and answered "cancelled"
+    # (by its handler, or by the SDK after a bounded wait) before the close handler runs.
+    wait = spec.close_timeout if spec.cancel_grace_period is None else min(spec.cancel_grace_period, spec.close_timeout)
+
+    def run(request: schema.CloseSessionRequest, call: InboundCall) -> Any:
+        _log_in("session/close", request)
+        state.turns.close_session(request.session_id, wait)
+        return _answer_value("session/close", fn(request, AgentRequestContext(state, call)))
+
+    return run
+
+
 def _cancel(spec: AgentSpec, state: ConnectionState) -> Callable[[schema.CancelNotification], None]:
     hook = spec.handlers.get("session/cancel")
 
@@ -170,7 +186,7 @@ def _prompt(fn: Callable[..., Any], state: ConnectionState) -> Callable[[Any, In
         ctx = PromptContext(state, call, turn, request)
         try:
             response = _prompt_response(fn(request, ctx), turn.is_cancelled)
-        except Exception as exc:
+        except BaseException as exc:  # SystemExit too: the turn must end, or the session stays busy
             if not turn.is_cancelled:
                 if turn.finish():
                     raise  # the engine answers with the error (RequestError keeps its code)
@@ -179,6 +195,12 @@ def _prompt(fn: Callable[..., Any], state: ConnectionState) -> Callable[[Any, In
             # Spec: a cancelled turn is answered "cancelled" even if cancelling made it fail.
             _log.debug("session %s: handler raised after cancel (%r); answering cancelled", request.session_id, exc)
             response = schema.PromptResponse(stop_reason=schema.StopReasons.CANCELLED)
+        if turn.is_cancelled:
+            # Answered here rather than by the engine once this returns, so that the answer is
+            # on the wire when the turn counts as answered: session/close waits for that.
+            if not turn.answer(response):
+                _log.debug("session %s: the prompt was already answered; handler's answer dropped", request.session_id)
+            return None  # the engine finds the call answered and sends nothing
         if not turn.finish():
             _log.debug("session %s: the prompt was already answered; handler's answer dropped", request.session_id)
         return response  # dropped by the engine if the prompt was already answered

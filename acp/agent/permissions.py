@@ -2,8 +2,9 @@
 
 Both first send a ``tool_call`` update (status ``pending``) so a client that looks the tool
 call up by id finds it, then ``session/request_permission``, then settle the tool call with a
-``tool_call_update``: ``completed`` once answered, ``failed`` when cancelled (by the client's
-``cancelled`` outcome or by this turn's cancellation).
+``tool_call_update``: ``completed`` once an allowing option was chosen, ``failed`` when a
+rejecting one was (``reject_once`` / ``reject_always``: an editor must not show a denied edit as
+done) or when cancelled (by the client's ``cancelled`` outcome or by this turn's cancellation).
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ __all__ = ["ALLOW_OPTION_ID", "REJECT_OPTION_ID", "ask_permission", "ask_choice"
 
 ALLOW_OPTION_ID = "allow"
 REJECT_OPTION_ID = "reject"
+
+
+_REJECTING = frozenset({schema.PermissionOptionKinds.REJECT_ONCE, schema.PermissionOptionKinds.REJECT_ALWAYS})
 
 
 class _Updates(Protocol):
@@ -84,7 +88,10 @@ def _ask(
                 f"offered (offered: {sorted(offered)})",
                 {"optionId": outcome.option_id},
             )
-        _settle(updates, tool_call_id, schema.ToolCallStatuses.COMPLETED)
+        rejected = any(
+            option.option_id == outcome.option_id and option.kind in _REJECTING for option in options
+        )
+        _settle(updates, tool_call_id, schema.ToolCallStatuses.FAILED if rejected else schema.ToolCallStatuses.COMPLETED)
         return tool_call_id, outcome.option_id
     # "cancelled", or an outcome this SDK does not know: not a choice.
     _settle(updates, tool_call_id, schema.ToolCallStatuses.FAILED)

@@ -7,7 +7,12 @@ answered, by whoever answers first:
 * the handler returning (or raising),
 * the SDK after the cancel grace period (``stopReason: "cancelled"``),
 * the SDK at ``max_prompt_duration`` (error -32800),
-* the engine itself (``$/cancel_request`` for the prompt, or the connection closing).
+* the SDK on ``session/close`` for the session (``stopReason: "cancelled"``, before the close
+  handler runs),
+* the engine itself (``$/cancel_request`` for the prompt, or the connection closed).
+
+The engine also cancels the call while it can still be answered (the client's input ended,
+or a graceful close began): that only cancels the turn, whose handler still answers.
 
 Answering takes the turn's lock and flips ``answered``; updates are sent under the same lock,
 so an update can never follow the answer on the wire, and one sent later is dropped. The turn
@@ -36,7 +41,7 @@ _log = logging.getLogger("acp.agent")
 class Turn:
     """One active prompt turn of one session on one connection."""
 
-    __slots__ = ("session_id", "call", "token", "_lock", "_answered", "_registry", "_timers")
+    __slots__ = ("session_id", "call", "token", "_lock", "_answered", "_registry", "_timers", "_done")
 
     def __init__(self, session_id: str, call: InboundCall, registry: TurnRegistry) -> None:
         self.session_id = session_id
@@ -46,6 +51,7 @@ class Turn:
         self._answered = False
         self._registry = registry
         self._timers: list[TimerHandle] = []
+        self._done: threading.Event | None = None  # made by the first wait_answered()
 
     @property
     def answered(self) -> bool:
@@ -70,32 +76,60 @@ class Turn:
         with self._lock:
             if self._answered:
                 return False
-            self._answered = True
+            self._set_answered()
         self._ended()
         return True
 
+    def wait_answered(self, timeout: float | None) -> bool:
+        """Block until the turn is answered (or ``timeout``); True if it was."""
+        with self._lock:
+            if self._answered:
+                return True
+            if self._done is None:
+                self._done = threading.Event()
+            done = self._done
+        return done.wait(timeout)
+
     def answer(self, result: Any = None, error: RequestError | None = None) -> bool:
-        """The SDK answers the prompt itself (grace period, deadline); False if already answered."""
+        """Answer the prompt now (grace period, deadline, session/close, or a cancelled turn's
+        handler); False if already answered."""
         with self._lock:
             if self._answered:
                 return False
-            self._answered = True
             # Out of the registry before the answer is on the wire: the client may send its
             # next prompt for this session the moment it reads the answer.
             self._ended()
-            # Under the lock: no update of this turn can slip in behind the answer.
-            if error is not None:
-                self.call.answer_error(error.code, error.message, error.data)
-            else:
-                self.call.answer(result)
+            # Under the lock: no update of this turn can slip in behind the answer. The turn
+            # counts as answered once the answer is written (session/close waits for that).
+            try:
+                if error is not None:
+                    self.call.answer_error(error.code, error.message, error.data)
+                else:
+                    self.call.answer(result)
+            finally:
+                self._set_answered()
         return True
 
     def abort(self) -> None:
         """The engine answered (or can no longer answer) the prompt: end the turn, cancelled."""
         with self._lock:
-            self._answered = True
+            self._set_answered()
         self.token.cancel()
         self._ended()
+
+    def _engine_cancelled(self) -> None:
+        # The engine cancelled the call: it answered it itself ($/cancel_request) or nobody
+        # can any more (closed), or it can still be answered (input ended, graceful close),
+        # in which case the handler answers, "cancelled", as after session/cancel.
+        if self.call.is_answered:
+            self.abort()
+        else:
+            self.token.cancel()
+
+    def _set_answered(self) -> None:  # under self._lock
+        self._answered = True
+        if self._done is not None:
+            self._done.set()
 
     def add_timer(self, handle: TimerHandle) -> None:
         """Cancel ``handle`` when the turn ends (its grace or deadline timer)."""
@@ -140,8 +174,9 @@ class TurnRegistry:
             turn = Turn(session_id, call, self)
             self._turns[session_id] = turn
             closed = self._closed
-        # The engine cancels the call on $/cancel_request (answering -32800 itself) and on close.
-        call.on_cancel(turn.abort)
+        # The engine cancels the call on $/cancel_request (answering -32800 itself), at the end
+        # of input and on close.
+        call.on_cancel(turn._engine_cancelled)
         if closed:
             turn.token.cancel()
         elif self._max is not None:
@@ -170,6 +205,27 @@ class TurnRegistry:
             turns = list(self._turns.values())
         for turn in turns:
             turn.token.cancel()
+
+    def close_session(self, session_id: str, wait: float | None) -> None:
+        """``session/close``: cancel the session's turn (as ``session/cancel`` does), give its
+        handler up to ``wait`` seconds to answer, then answer ``cancelled`` if it has not. On
+        return the turn's answer is on the wire."""
+        turn = self._turns.get(session_id)
+        if turn is None:
+            return
+        self._cancel(turn)
+        if not turn.wait_answered(wait) and turn.answer(
+            schema.PromptResponse(stop_reason=schema.StopReasons.CANCELLED)
+        ):
+            _log.info("session %s closed: its turn did not end within %s s; answered 'cancelled'", session_id, wait)
+
+    def abort_all(self) -> None:
+        """The connection is closed: end every turn (later updates are dropped)."""
+        self.cancel_all(closing=True)
+        with self._lock:
+            turns = list(self._turns.values())
+        for turn in turns:
+            turn.abort()
 
     def _cancel(self, turn: Turn) -> None:
         if turn.token.cancel() and self._grace is not None and not turn.answered:

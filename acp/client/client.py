@@ -205,7 +205,8 @@ class SyncClient(UnstableMethods):
     def close(self, timeout: float | None = 5.0) -> None:
         """Close gracefully; idempotent.
 
-        Stops taking agent requests, lets running handlers finish (up to ``timeout``), then
+        Stops taking agent requests, sets every running handler's ``ctx.cancelled`` at once,
+        lets them finish (up to ``timeout``; what they answer still goes out), then
         closes the transport: a spawned agent gets EOF on stdin, is waited for, then
         terminated, then killed. Calls still pending fail with :class:`ConnectionClosedError`.
         """

@@ -54,10 +54,12 @@ class ClientRequestContext:
 
     ``session_id`` is the request's session (None when the request has none, e.g. an
     ``_`` extension request). ``cancelled`` is set when the request no longer needs an answer:
-    the agent sent ``$/cancel_request``, the user cancelled the turn with
-    :meth:`SyncClient.cancel <acp.client.SyncClient.cancel>` (permission requests), or the
-    connection closed. An answer returned after that is dropped, so a handler blocked on a UI
-    should watch the event (or register :meth:`on_cancel`) and give up.
+    the agent sent ``$/cancel_request`` or the user cancelled the turn with
+    :meth:`SyncClient.cancel <acp.client.SyncClient.cancel>` (permission requests), and an
+    answer returned after that is dropped; also the moment :meth:`SyncClient.close
+    <acp.client.SyncClient.close>` begins, and when the agent goes away (its process dies, the
+    connection ends). A handler blocked on a UI should watch the event (or register
+    :meth:`on_cancel`) and give up.
     """
 
     __slots__ = ("_call", "session_id", "client")

@@ -192,14 +192,15 @@ class ScenarioAgent:
         )
 
     def close_session(self, request: schema.CloseSessionRequest, ctx: acp.AgentRequestContext) -> None:
-        """``session/close``: the session stops taking prompts but stays listed and loadable."""
+        """``session/close``: the session stops taking prompts but stays listed and loadable.
+        (The SDK has already cancelled and answered its running turn, if any.)"""
         self._get(request.session_id).active = False
 
     def delete_session(self, request: schema.DeleteSessionRequest, ctx: acp.AgentRequestContext) -> None:
-        """``session/delete``: forget the session entirely."""
+        """``session/delete``: forget the session entirely. Deleting a session that does not
+        exist (any more) succeeds, as the spec advises: the client wanted it gone, and it is."""
         with self._lock:
-            if self._sessions.pop(request.session_id, None) is None:
-                raise _unknown_session(request.session_id)
+            self._sessions.pop(request.session_id, None)
 
     def set_session_mode(self, request: schema.SetSessionModeRequest, ctx: acp.AgentRequestContext) -> None:
         """``session/set_mode``: switch between ``ask`` and ``auto``."""

@@ -6,7 +6,8 @@ over the old one) under a file lock. Run several copies of this service on the s
 (a shared volume in production) behind a load balancer, and a client that lost its connection
 can reconnect to any of them and pick its session up again with ``session/load`` (the history
 is replayed as ``user_message_chunk`` / ``agent_message_chunk`` updates) or ``session/resume``
-(no replay). ``docs/deployment.md`` runs two of them behind nginx.
+(no replay); ``session/delete`` removes a session's file (deleting an unknown session
+succeeds, as the spec advises). ``docs/deployment.md`` runs two of them behind nginx.
 
 Run it::
 
@@ -119,6 +120,15 @@ class SessionStore:
         found.sort(key=lambda info: info.updated_at or "", reverse=True)
         return found
 
+    def delete(self, session_id: str) -> None:
+        """Remove the session; one that does not exist (any more) is not an error."""
+        if not _SESSION_ID.match(session_id):
+            return  # no such file can exist
+        # The lock file stays: removing it while another backend holds it would let a third
+        # one lock a new file of the same name, and two "exclusive" locks would coexist.
+        with self._locked(session_id), contextlib.suppress(FileNotFoundError):
+            os.unlink(self._path(session_id))
+
     def _path(self, session_id: str, ext: str = ".json") -> str:
         if not _SESSION_ID.match(session_id):
             raise RequestError(RESOURCE_NOT_FOUND, f"Unknown session {session_id!r}", {"sessionId": session_id})
@@ -165,6 +175,9 @@ def build_agent(store: SessionStore, name: str) -> acp.SyncAgent:
     def list_sessions(request: schema.ListSessionsRequest, ctx: acp.AgentRequestContext) -> schema.ListSessionsResponse:
         return schema.ListSessionsResponse(sessions=store.list(request.cwd))
 
+    def delete_session(request: schema.DeleteSessionRequest, ctx: acp.AgentRequestContext) -> None:
+        store.delete(request.session_id)  # an unknown session is already deleted: success
+
     def prompt(request: schema.PromptRequest, ctx: acp.PromptContext) -> str:
         text = ctx.prompt_text
         store.append(request.session_id, "user", text)
@@ -184,6 +197,7 @@ def build_agent(store: SessionStore, name: str) -> acp.SyncAgent:
         .load_session_handler(load_session)
         .resume_session_handler(resume_session)
         .list_sessions_handler(list_sessions)
+        .delete_session_handler(delete_session)
         .prompt_handler(prompt)
         .build()
     )

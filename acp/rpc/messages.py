@@ -76,9 +76,10 @@ class ErrorResponse(msgspec.Struct):
 class Invalid(msgspec.Struct):
     """A line that is not a valid message. ``id`` is set when a request id could be recovered,
     ``code`` is -32700 (not JSON) or -32600 (not a valid envelope). ``response`` is True when
-    the object has no ``method``: a malformed answer, which must never be answered back (the
-    id is one of *our* request ids, so an error carrying it could be taken by the peer as the
-    answer to an unrelated request of its own)."""
+    the object has no ``method`` but a ``result`` or an ``error``: a malformed answer, which
+    must never be answered back (the id is one of *our* request ids, so an error carrying it
+    could be taken by the peer as the answer to an unrelated request of its own). An object
+    with an id and nothing else is a request without a method, answered -32600 with its id."""
 
     id: RequestId | None
     code: int
@@ -117,13 +118,15 @@ def _classify(env: _Envelope) -> Message:
     raw_id = env.id
     has_id = raw_id is not _ABSENT
     method = env.method
-    # No method, but an id, a result or an error: a (malformed) answer to one of our requests.
-    answer = method is None and (has_id or bool(env.result) or bool(env.error))
+    # No method, but a result or an error: a (malformed) answer to one of our requests.
+    answer = method is None and (bool(env.result) or bool(env.error))
     if has_id and raw_id is not None and not _valid_id(raw_id):
         return Invalid(None, INVALID_REQUEST, "id must be an integer or a string", answer)
     msg_id = raw_id if has_id else None
-    if env.jsonrpc != "2.0" and env.jsonrpc is not None:
-        return Invalid(msg_id, INVALID_REQUEST, 'jsonrpc must be "2.0"', answer)
+    if env.jsonrpc != "2.0":
+        # JSON-RPC 2.0 requires the member; a message without it is not accepted either.
+        reason = 'jsonrpc must be "2.0"' if env.jsonrpc is not None else 'missing "jsonrpc": "2.0"'
+        return Invalid(msg_id, INVALID_REQUEST, reason, answer)
     if method is not None:
         if not isinstance(method, str):
             return Invalid(msg_id, INVALID_REQUEST, "method must be a string")
@@ -151,7 +154,9 @@ def _classify(env: _Envelope) -> Message:
         if msg_id is None:
             return Invalid(None, INVALID_REQUEST, "a response needs an id", True)
         return Response(msg_id, env.result)
-    return Invalid(msg_id, INVALID_REQUEST, "neither a request, a notification nor a response", answer)
+    if has_id:
+        return Invalid(msg_id, INVALID_REQUEST, 'a request needs a "method"')
+    return Invalid(None, INVALID_REQUEST, "neither a request, a notification nor a response")
 
 
 # msgspec raises RecursionError (not DecodeError) for JSON nested deeper than the interpreter's

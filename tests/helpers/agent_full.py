@@ -2,7 +2,10 @@
 
 The first word of the prompt text picks what the turn does:
   stream N | tools | plan | permission | choice A B.. | read PATH | tryread PATH
-  write PATH TEXT | run ARGV.. | elicit | wait | fail | crash | ext | caps
+  write PATH TEXT | run ARGV.. | elicit | wait | fail | crash | exit | interrupt | ext | caps
+Extension requests: ``_demo/echo`` answers ``{"echo": params}``; ``_demo/block`` sends the
+notification ``_demo/note`` {"blocked": true}, waits until the request is cancelled and answers
+``{"cancelled": true}`` (false after 60 s).
 Run as a script, it serves stdio (``--grace S`` sets the cancel grace period).
 """
 
@@ -135,6 +138,10 @@ class DemoAgent:
             raise RequestError(-32002, "nope", {"what": rest})
         if word == "crash":
             raise RuntimeError("boom")
+        if word == "exit":
+            sys.exit(3)
+        if word == "interrupt":
+            raise KeyboardInterrupt
         if word == "ext":
             reply = ctx.client.ext_request("_demo/ping", {"n": 1})
             ctx.client.ext_notification("_demo/note", {"n": 2})
@@ -165,6 +172,11 @@ class DemoAgent:
         return None
 
 
+def _block(params: Any, ctx: AgentRequestContext) -> Any:
+    ctx.client.ext_notification("_demo/note", {"blocked": True})
+    return {"cancelled": ctx.cancelled.wait(60)}
+
+
 def build_agent(
     demo: DemoAgent | None = None, grace: float | None = 60.0, **options: Any
 ) -> tuple[SyncAgent, DemoAgent]:
@@ -187,6 +199,7 @@ def build_agent(
         .prompt_handler(demo.prompt, image=True, embedded_context=True)
         .cancel_handler(demo.on_cancel)
         .ext_request_handler("_demo/echo", lambda params, ctx: {"echo": params})
+        .ext_request_handler("_demo/block", _block)
         .mcp_capabilities(http=True)
         .additional_directories(True)
         .cancel_grace_period(grace)
