@@ -32,7 +32,6 @@ if TYPE_CHECKING:
     from http.cookiejar import CookieJar
 
     from ..schema import unstable as _u
-
     from .client import SyncClient
     from .settings import AgentSettings
 
