@@ -111,7 +111,9 @@ class _SessionMethods:
 
     def send_update(self, update: schema.SessionUpdate) -> bool:
         """Send one ``session/update``. In a prompt turn, an update sent after the prompt was
-        answered is dropped (logged at DEBUG) and False is returned."""
+        answered is dropped (logged at DEBUG) and False is returned. A kind the client did not
+        advertise (``notice``, compaction, subagent updates) raises
+        :class:`~acp.errors.CapabilityError` and nothing is sent."""
         return self._client.session_update(
             schema.SessionNotification(session_id=self.session_id, update=update)
         )
