@@ -23,7 +23,17 @@ __all__ = [
     "TERMINAL_METHODS",
     "AGENT_METHOD_CAPABILITY",
     "CLIENT_METHOD_CAPABILITY",
+    "UPDATE_CAPABILITY",
+    "ARCHIVE_METHODS",
+    "update_tag",
 ]
+
+ARCHIVE_METHODS = ("session/archive", "session/unarchive")
+
+# Agent methods whose capability lives in the unstable schema.
+_UNSTABLE_AGENT_METHODS = frozenset(
+    {"session/fork", "session/status", "session/archive", "session/unarchive", "session/set_title"}
+)
 
 TERMINAL_METHODS = (
     "terminal/create",
@@ -45,6 +55,22 @@ AGENT_METHOD_CAPABILITY: dict[str, str] = {
     "providers/list": "providers",
     "providers/set": "providers",
     "providers/disable": "providers",
+    "session/status": "session_status",
+    "session/archive": "archive_session",
+    "session/unarchive": "archive_session",
+    "session/set_title": "set_session_title",
+    "auth/status": "auth_status",
+}
+
+# Agent -> client session updates that the client must have advertised (by ``sessionUpdate``
+# tag); every other kind is baseline ACP.
+UPDATE_CAPABILITY: dict[str, str] = {
+    "notice": "notices",
+    "compaction_update": "compaction",
+    "compaction_summary_chunk": "compaction",
+    "subagent_update": "subagents",
+    "session_message": "subagents",
+    "session_message_chunk": "subagents",
 }
 
 # Agent -> client methods that the client must have advertised.
@@ -62,8 +88,16 @@ def derive_agent_capabilities(
     prompt: schema.PromptCapabilities | None = None,
     mcp: schema.McpCapabilities | None = None,
     additional_directories: bool = False,
+    system_prompt: bool = False,
+    system_prompt_override: bool = False,
 ) -> schema.AgentCapabilities:
-    """The ``agentCapabilities`` an agent with handlers for ``methods`` advertises."""
+    """The ``agentCapabilities`` an agent with handlers for ``methods`` advertises.
+
+    Unstable methods add their unstable capabilities (``session/status`` => ``status``, the
+    two archive methods => ``archive``, ``session/set_title`` => ``title``, ``auth/status`` =>
+    ``auth.status``). ``system_prompt``: the agent accepts client system prompts (unstable) in
+    ``append`` mode, and also in ``override`` mode with ``system_prompt_override``.
+    """
     session = schema.SessionCapabilities(
         list_=schema.SessionListCapabilities() if "session/list" in methods else None,
         delete=schema.SessionDeleteCapabilities() if "session/delete" in methods else None,
@@ -73,10 +107,27 @@ def derive_agent_capabilities(
             schema.SessionAdditionalDirectoriesCapabilities() if additional_directories else None
         ),
     )
-    if "session/fork" in methods:
+    unstable_methods = any(m in _UNSTABLE_AGENT_METHODS for m in methods)
+    if unstable_methods or system_prompt:
         from .schema import unstable
 
-        session.fork = unstable.SessionForkCapabilities()
+        if "session/fork" in methods:
+            session.fork = unstable.SessionForkCapabilities()
+        if "session/status" in methods:
+            session.status = unstable.SessionStatusCapabilities()
+        if all(m in methods for m in ARCHIVE_METHODS):
+            session.archive = unstable.SessionArchiveCapabilities()
+        if "session/set_title" in methods:
+            session.title = unstable.SessionTitleCapabilities()
+        if system_prompt:
+            override = system_prompt_override
+            session.system_prompt = unstable.SessionSystemPromptCapabilities(
+                mode=unstable.SessionSystemPromptModeCapabilities(
+                    override=unstable.SessionSystemPromptOverrideCapabilities()
+                )
+                if override
+                else None
+            )
     caps = schema.AgentCapabilities(
         load_session="session/load" in methods,
         prompt_capabilities=prompt if prompt is not None else schema.PromptCapabilities(),
@@ -86,6 +137,10 @@ def derive_agent_capabilities(
             logout=schema.LogoutCapabilities() if "logout" in methods else None
         ),
     )
+    if "auth/status" in methods:
+        from .schema import unstable
+
+        caps.auth.status = unstable.AuthStatusCapabilities()
     if any(m.startswith("providers/") for m in methods):
         from .schema import unstable
 
@@ -97,11 +152,18 @@ def derive_client_capabilities(
     methods: Collection[str],
     elicitation_form: bool = True,
     elicitation_url: bool = True,
+    *,
+    notices: bool = False,
+    compaction: bool = False,
+    subagents: bool = False,
 ) -> schema.ClientCapabilities:
     """The ``clientCapabilities`` a client with handlers for ``methods`` advertises.
 
     Terminal support needs all five terminal handlers (the caller checks "all or none").
     Elicitation is advertised when an ``elicitation/create`` handler exists, in the modes given.
+    ``notices`` / ``compaction`` (``session.notices`` / ``session.compaction``) and
+    ``subagents`` (unstable) say the client shows those session updates (it registered a
+    handler for them).
     """
     elicitation = None
     if "elicitation/create" in methods and (elicitation_form or elicitation_url):
@@ -109,14 +171,26 @@ def derive_client_capabilities(
             form=schema.ElicitationFormCapabilities() if elicitation_form else None,
             url=schema.ElicitationUrlCapabilities() if elicitation_url else None,
         )
-    return schema.ClientCapabilities(
+    session = None
+    if notices or compaction:
+        session = schema.ClientSessionCapabilities(
+            notices=schema.NoticeCapabilities() if notices else None,
+            compaction=schema.CompactionCapabilities() if compaction else None,
+        )
+    caps = schema.ClientCapabilities(
         fs=schema.FileSystemCapabilities(
             read_text_file="fs/read_text_file" in methods,
             write_text_file="fs/write_text_file" in methods,
         ),
         terminal=all(m in methods for m in TERMINAL_METHODS),
+        session=session,
         elicitation=elicitation,
     )
+    if subagents:
+        from .schema import unstable
+
+        caps.subagents = unstable.SubagentCapabilities()
+    return caps
 
 
 # One row per capability: its name (as in supports_<name>) and how to read it.
@@ -135,6 +209,16 @@ _AGENT_CHECKS: dict[str, Callable[[schema.AgentCapabilities], object]] = {
     "mcp_http": lambda a: a.mcp_capabilities.http,
     "mcp_sse": lambda a: a.mcp_capabilities.sse,
     "providers": lambda a: a.providers is not None,
+    "session_status": lambda a: a.session_capabilities.status is not None,
+    "archive_session": lambda a: a.session_capabilities.archive is not None,
+    "set_session_title": lambda a: a.session_capabilities.title is not None,
+    "auth_status": lambda a: a.auth.status is not None,
+    "system_prompt": lambda a: a.session_capabilities.system_prompt is not None,
+    "system_prompt_override": lambda a: (
+        a.session_capabilities.system_prompt is not None
+        and a.session_capabilities.system_prompt.mode is not None
+        and a.session_capabilities.system_prompt.mode.override is not None
+    ),
 }
 _CLIENT_CHECKS: dict[str, Callable[[schema.ClientCapabilities], object]] = {
     "read_text_file": lambda c: c.fs.read_text_file,
@@ -149,7 +233,20 @@ _CLIENT_CHECKS: dict[str, Callable[[schema.ClientCapabilities], object]] = {
         and c.session.config_options is not None
         and c.session.config_options.boolean is not None
     ),
+    "notices": lambda c: c.session is not None and c.session.notices is not None,
+    "compaction": lambda c: c.session is not None and c.session.compaction is not None,
+    "subagents": lambda c: c.subagents is not None,
 }
+
+
+def update_tag(update: object) -> str | None:
+    """The ``sessionUpdate`` tag of a typed update (or of a raw dict)."""
+    if isinstance(update, dict):
+        tag = update.get("sessionUpdate")
+        return tag if isinstance(tag, str) else None
+    config = getattr(type(update), "__struct_config__", None)
+    tag = getattr(config, "tag", None)
+    return tag if isinstance(tag, str) else None
 
 
 @dataclass(frozen=True)
@@ -224,6 +321,20 @@ class NegotiatedCapabilities:
         name = CLIENT_METHOD_CAPABILITY.get(method)
         if name is not None:
             self.require(name, method)
+
+    def allows_update(self, update: object) -> bool:
+        """Whether the agent may send this session update to the client."""
+        name = UPDATE_CAPABILITY.get(update_tag(update) or "")
+        return name is None or self.supports(name)
+
+    def require_update(self, update: object) -> None:
+        """Raise :class:`CapabilityError` unless the client advertised what ``update`` needs
+        (``notice`` => ``session.notices``, compaction updates => ``session.compaction``,
+        subagent and session messages => ``subagents``)."""
+        tag = update_tag(update)
+        name = UPDATE_CAPABILITY.get(tag or "")
+        if name is not None:
+            self.require(name, f"session/update {tag!r}")
 
     # Named forms, one pair per capability (the tables above are the source of truth).
     def supports_load_session(self) -> bool:
@@ -338,6 +449,54 @@ class NegotiatedCapabilities:
         """Raise unless the agent handles ``providers/*`` (unstable)."""
         self.require("providers")
 
+    def supports_session_status(self) -> bool:
+        """The agent handles ``session/status`` (unstable)."""
+        return self.supports("session_status")
+
+    def require_session_status(self) -> None:
+        """Raise unless the agent handles ``session/status`` (unstable)."""
+        self.require("session_status")
+
+    def supports_archive_session(self) -> bool:
+        """The agent handles ``session/archive`` and ``session/unarchive`` (unstable)."""
+        return self.supports("archive_session")
+
+    def require_archive_session(self) -> None:
+        """Raise unless the agent handles ``session/archive`` / ``session/unarchive`` (unstable)."""
+        self.require("archive_session")
+
+    def supports_set_session_title(self) -> bool:
+        """The agent handles ``session/set_title`` (unstable)."""
+        return self.supports("set_session_title")
+
+    def require_set_session_title(self) -> None:
+        """Raise unless the agent handles ``session/set_title`` (unstable)."""
+        self.require("set_session_title")
+
+    def supports_auth_status(self) -> bool:
+        """The agent handles ``auth/status`` and may send ``auth/status_update`` (unstable)."""
+        return self.supports("auth_status")
+
+    def require_auth_status(self) -> None:
+        """Raise unless the agent handles ``auth/status`` (unstable)."""
+        self.require("auth_status")
+
+    def supports_system_prompt(self) -> bool:
+        """The agent accepts a client ``systemPrompt`` in ``append`` mode (unstable)."""
+        return self.supports("system_prompt")
+
+    def require_system_prompt(self) -> None:
+        """Raise unless the agent accepts a client ``systemPrompt`` (unstable)."""
+        self.require("system_prompt")
+
+    def supports_system_prompt_override(self) -> bool:
+        """The agent also accepts a ``systemPrompt`` in ``override`` mode (unstable)."""
+        return self.supports("system_prompt_override")
+
+    def require_system_prompt_override(self) -> None:
+        """Raise unless the agent accepts a ``systemPrompt`` in ``override`` mode (unstable)."""
+        self.require("system_prompt_override")
+
     def supports_read_text_file(self) -> bool:
         """The client handles ``fs/read_text_file``."""
         return self.supports("read_text_file")
@@ -401,3 +560,27 @@ class NegotiatedCapabilities:
     def require_boolean_config_options(self) -> None:
         """Raise unless the client renders boolean session config options."""
         self.require("boolean_config_options")
+
+    def supports_notices(self) -> bool:
+        """The client shows ``notice`` session updates (``session.notices``)."""
+        return self.supports("notices")
+
+    def require_notices(self) -> None:
+        """Raise unless the client shows ``notice`` session updates."""
+        self.require("notices")
+
+    def supports_compaction(self) -> bool:
+        """The client shows context compaction updates (``session.compaction``)."""
+        return self.supports("compaction")
+
+    def require_compaction(self) -> None:
+        """Raise unless the client shows context compaction updates."""
+        self.require("compaction")
+
+    def supports_subagents(self) -> bool:
+        """The client shows subagent sessions (``subagents``, unstable)."""
+        return self.supports("subagents")
+
+    def require_subagents(self) -> None:
+        """Raise unless the client shows subagent sessions (unstable)."""
+        self.require("subagents")

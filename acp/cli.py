@@ -66,6 +66,7 @@ class TurnPrinter:
         self._streaming: str | None = None  # "agent" | "thought" | "user" while a chunk run goes on
         self._titles: dict[str, str] = {}
         self._plan_contents: list[str] = []
+        self._compactions: dict[str, list[str]] = {}  # compaction id -> summary pieces so far
         self.updates = 0
         self.tool_calls = 0
         self.broken = False  # the output went away (a closed pipe)
@@ -141,9 +142,53 @@ class TurnPrinter:
             self.line(f"[commands] {names or '(none)'}")
         elif isinstance(update, schema.ConfigOptionUpdate):
             self.line(f"[config] {', '.join(_option_text(o) for o in update.config_options)}")
+        elif isinstance(update, schema.Notice):
+            detail = f": {update.description}" if update.description else ""
+            self.line(f"[{update.severity}] {update.title}{detail}")
+        elif isinstance(update, schema.CompactionUpdate):
+            self._compaction(update)
+        elif isinstance(update, schema.CompactionSummaryChunk):
+            if update.compaction_id not in self._compactions:  # a first-seen id starts one
+                self.line("[compaction] in progress")
+            self._compactions.setdefault(update.compaction_id, []).append(_block_text(update.content))
+        elif type(update).__name__ == "SubagentUpdate":  # unstable: no import of its module here
+            self._subagent(update)
         else:
             tag = update.get("sessionUpdate") if isinstance(update, dict) else type(update).__name__
             self.line(f"[update] {tag}")
+
+    def _compaction(self, update: schema.CompactionUpdate) -> None:
+        first = update.compaction_id not in self._compactions
+        pieces = self._compactions.setdefault(update.compaction_id, [])
+        if update.summary is not None:
+            pieces[:] = [_block_text(block) for block in update.summary]  # replaces what streamed
+        status = update.status
+        if status == schema.CompactionStatuses.IN_PROGRESS:
+            if first:
+                self.line("[compaction] in progress")
+            return
+        summary = "".join(pieces).strip()
+        if status == schema.CompactionStatuses.COMPLETED:
+            self.line("[compaction] completed" + (f": {summary}" if summary else ""))
+        elif status == schema.CompactionStatuses.FAILED:
+            self.line("[compaction] failed" + (f": {update.error}" if update.error else ""))
+        else:
+            self.line(f"[compaction] {status}")
+
+    def _subagent(self, update: Any) -> None:
+        name = update.title or update.session_id
+        state = update.state
+        if isinstance(state, dict):  # a state this SDK does not know
+            what = state.get("state")
+        else:
+            what = getattr(getattr(type(state), "__struct_config__", None), "tag", None) if state is not None else None
+        detail = f" ({update.description})" if update.description else ""
+        stop = getattr(state, "stop_reason", None)
+        error = getattr(state, "error", None)
+        ending = f", {stop}" if stop else ""
+        if error is not None:
+            ending += f": {error.message}"
+        self.line(f"[subagent] {name}{detail}" + (f": {what}{ending}" if what else ""))
 
     def _plan(self, plan: schema.Plan) -> None:
         contents = [entry.content for entry in plan.entries]
@@ -225,6 +270,8 @@ def _describe_client_caps(caps: schema.ClientCapabilities) -> str:
         ("fs.writeTextFile", caps.fs.write_text_file),
         ("terminal", caps.terminal),
         ("elicitation", caps.elicitation is not None),
+        ("session.notices", caps.session is not None and caps.session.notices is not None),
+        ("session.compaction", caps.session is not None and caps.session.compaction is not None),
     ) if on]
     return ", ".join(offered) or "nothing optional"
 
@@ -404,6 +451,8 @@ def run_chat(
         builder = (
             builder.client_info("acp-chat", __version__)
             .session_update_handler(printer)
+            .notices()  # the printer shows notices and compactions itself
+            .compaction()
             .request_permission_handler(policy)
             .read_text_file_handler(files.read_text_file)
             .write_text_file_handler(files.write_text_file)

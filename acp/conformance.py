@@ -8,7 +8,8 @@ sans-I/O layer (:mod:`acp.rpc`). Every message the agent sends is checked agains
 with the strict decoders of :mod:`acp.schema`; a message that only the lenient path accepts (an
 unknown union tag, a value the schema's leniency hints tolerate) is a warning. The checker
 advertises no ``fs``, ``terminal`` or ``elicitation`` capability, so the agent must never call
-those methods.
+those methods, and does not show notices, compactions or subagents, so the agent must never send
+those session updates.
 
 Each check prints ``PASS`` / ``FAIL`` / ``WARN`` / ``SKIP``; the agent conforms when no check
 failed (warnings are reported, not fatal). Three agent processes are used: the main run, one for
@@ -37,6 +38,7 @@ from typing import IO, TYPE_CHECKING, Any, Literal, Union
 import msgspec
 
 from . import rpc, schema
+from .capabilities import UPDATE_CAPABILITY
 from .errors import METHOD_NOT_FOUND, PARSE_ERROR, ConnectionClosedError
 from .transport import ProcessTransport
 from .transport.base import Transport
@@ -380,6 +382,19 @@ def _same_id(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
+def _update_kind(msg: Any) -> str | None:
+    """The ``sessionUpdate`` tag of a ``session/update`` notification, or None."""
+    if isinstance(msg, rpc.Notification) and msg.method == "session/update" and msg.params:
+        try:
+            value = msgspec.json.decode(msg.params)
+        except msgspec.DecodeError:
+            return None
+        update = value.get("update") if isinstance(value, dict) else None
+        tag = update.get("sessionUpdate") if isinstance(update, dict) else None
+        return tag if isinstance(tag, str) else None
+    return None
+
+
 def _update_session(msg: Any) -> str | None:
     if isinstance(msg, rpc.Notification) and msg.method == "session/update" and msg.params:
         try:
@@ -720,6 +735,17 @@ class _Checker:
             not forbidden,
             f"called {', '.join(forbidden)} although the client offered none" if forbidden
             else f"no fs/terminal/elicitation call over {self.prompts} prompts (none were offered)",
+        )
+        shown_only = sorted({
+            tag for p in self.peers for item in p.since(0) for m in _messages(item)
+            if (tag := _update_kind(m)) is not None and tag in UPDATE_CAPABILITY
+        })
+        self.ok(
+            "capabilities.updates_honest",
+            not shown_only,
+            f"sent {', '.join(shown_only)} although the client advertised none of "
+            "session.notices, session.compaction, subagents" if shown_only
+            else "no notice, compaction or subagent update (the client advertised none)",
         )
         unknown = sorted({
             s for p in self.peers for item in p.since(0) for m in _messages(item)

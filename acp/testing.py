@@ -135,6 +135,7 @@ class RecordedToolCall:
 
     tool_call_id: str
     title: str | None = None
+    name: str | None = None
     kind: str | None = None
     status: str | None = None
     content: list[schema.ToolCallContent] = field(default_factory=list)
@@ -156,7 +157,7 @@ class RecordedToolCall:
         )
 
     def _apply(self, update: schema.ToolCall | schema.ToolCallProgress) -> None:
-        for name in ("title", "kind", "status", "raw_input", "raw_output"):
+        for name in ("title", "name", "kind", "status", "raw_input", "raw_output"):
             value = getattr(update, name)
             if value is not None:
                 setattr(self, name, value)
@@ -227,6 +228,10 @@ class SessionRecorder:
                     call.updates += 1
                 call._apply(update)
         return list(calls.values())
+
+    def notices(self, session_id: str | None = None) -> list[schema.Notice]:
+        """The ``notice`` updates, in order."""
+        return self.of_type(schema.Notice, session_id)
 
     def plans(self, session_id: str | None = None) -> list[schema.Plan]:
         """Every ``plan`` update, in order (each one is the complete plan at that time)."""

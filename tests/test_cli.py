@@ -168,3 +168,56 @@ def test_chat_reports_an_agent_that_exits_at_once(tmp_path: Path) -> None:
     done = run_acp("chat", "--", "sh", "-c", "exit 3", stdin="hello\n", cwd=tmp_path)
     assert done.returncode == 1
     assert "the agent failed to start a session" in done.stdout and "status 3" in done.stdout
+
+
+def test_chat_renders_notices_and_compaction(tmp_path: Path) -> None:
+    record = tmp_path / "wire.jsonl"
+    script = "notice\ncompact\ncompact fail\n/quit\n"
+    done = run_acp("chat", "--record", str(record), "--cwd", str(tmp_path), "--",
+                   sys.executable, "-m", "acp.examples.scenario_agent", stdin=script)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    lines = out.splitlines()
+    for line in (
+        "[info] Index ready: The workspace index was rebuilt.",
+        "[warning] Rate limit near: 80% of this hour's requests used.",
+        "[error] Linter crashed",
+        "[compaction] completed: The user asked for scenarios; the agent ran them.",
+        "[compaction] failed: the summariser gave up",
+    ):
+        assert any(line in seen for seen in lines), f"{line!r} missing from:\n{out}"
+    assert sum("[compaction] in progress" in seen for seen in lines) == 2
+    assert "does not show" not in out  # chat advertised both capabilities
+    entries = [json.loads(line) for line in record.read_text().splitlines()]
+    init = next(e["msg"] for e in entries if e["msg"].get("method") == "initialize")
+    assert init["params"]["clientCapabilities"]["session"] == {"compaction": {}, "notices": {}}
+
+
+def test_turn_printer_renders_subagents_and_patched_compactions() -> None:
+    import io
+
+    from acp import schema
+    from acp.schema import unstable as U
+
+    out = io.StringIO()
+    printer = cli.TurnPrinter(out)
+
+    def show(update: object) -> None:
+        printer(schema.SessionNotification(session_id="s", update=update))  # type: ignore[arg-type]
+
+    show(U.SubagentUpdate(session_id="child", title="tester", description="runs tests"))
+    show(U.SubagentUpdate(session_id="child", title="tester", state=U.RunningStateUpdate()))
+    show(U.SubagentUpdate(session_id="child", state=U.StateUpdateIdle(
+        stop_reason="error", error=schema.Error(code=-32603, message="crashed"))))
+    show(schema.CompactionSummaryChunk(compaction_id="c", content=schema.TextContent(text="streamed")))
+    show(schema.CompactionUpdate(compaction_id="c", status="completed",
+                                 summary=[schema.TextContent(text="replaced")]))
+    show(schema.CompactionUpdate(compaction_id="d", status="cancelled"))
+    assert out.getvalue().splitlines() == [
+        "[subagent] tester (runs tests)",
+        "[subagent] tester: running",
+        "[subagent] child: idle, error: crashed",
+        "[compaction] in progress",
+        "[compaction] completed: replaced",
+        "[compaction] cancelled",
+    ]

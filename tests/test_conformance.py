@@ -40,7 +40,8 @@ def test_scenario_agent_conforms_with_cancel_checks() -> None:
     for name in ("handshake.initialize", "handshake.unsupported_version", "jsonrpc.ids_echoed",
                  "jsonrpc.notifications_unanswered", "jsonrpc.unknown_method", "session.unknown_session_prompt",
                  "prompt.cancel", "prompt.no_updates_after_cancel", "prompt.large", "prompt.pipelined",
-                 "robust.garbage_line", "robust.batch", "robust.stdin_closed", "capabilities.honest", "schema.valid"):
+                 "robust.garbage_line", "robust.batch", "robust.stdin_closed", "capabilities.honest",
+                 "capabilities.updates_honest", "schema.valid"):
         assert found.get(name) == "PASS", name
 
 
@@ -72,6 +73,14 @@ def test_capability_and_schema_violations_are_caught() -> None:
     assert by_name["schema.valid"].status == "FAIL"
     assert "missing required field `content`" in by_name["schema.valid"].detail
     assert not report.conforming
+
+
+def test_updates_the_client_cannot_show_are_caught() -> None:
+    report = run_checks(helper_argv("broken_agent", "--notice"), timeout=2)
+    by_name = {r.name: r for r in report.results}
+    assert by_name["capabilities.updates_honest"].status == "FAIL"
+    assert "sent notice" in by_name["capabilities.updates_honest"].detail
+    assert by_name["schema.valid"].status == "PASS"  # a valid notice, just not allowed here
 
 
 def test_lenient_only_messages_are_warnings() -> None:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 from typing_extensions import Self
 
 from .. import schema
-from ..capabilities import derive_agent_capabilities
+from ..capabilities import ARCHIVE_METHODS, derive_agent_capabilities
 from .context import AgentRequestContext, PromptContext
 from .methods import AGENT_HANDLERS
 
@@ -72,6 +72,7 @@ class SyncAgentBuilder:
         self._prompt_caps: schema.PromptCapabilities | None = None
         self._mcp: schema.McpCapabilities | None = None
         self._additional_directories = False
+        self._system_prompt: tuple[bool, bool] = (False, False)  # (accepted, override too)
         self._auth_methods: tuple[schema.AuthMethod, ...] | None = None
         self._agent_info: schema.Implementation | None = None
         self._executor: Executor | None = None
@@ -223,9 +224,10 @@ class SyncAgentBuilder:
     # ---------------------------------------------------------------- unstable (opt-in)
 
     def unstable(self, enabled: bool = True) -> Self:
-        """Opt in to unstable ACP methods (fork, providers, MCP-over-ACP, ...).
+        """Opt in to unstable ACP methods (fork, providers, MCP-over-ACP, session status,
+        archive, titles, auth status, system prompts, subagent updates...).
         Without it their registration raises, and the wire answers them -32601."""
-        if not enabled and any(AGENT_HANDLERS[n].unstable for n in self._names()):
+        if not enabled and (any(AGENT_HANDLERS[n].unstable for n in self._names()) or self._system_prompt[0]):
             raise ValueError("unstable(False): unstable handlers are already registered")
         self._unstable = enabled
         return self
@@ -252,6 +254,58 @@ class SyncAgentBuilder:
     def mcp_message_handler(self, fn: Callable[[_unstable.MessageMcpRequest, AgentRequestContext], Any]) -> Self:
         """Unstable ``mcp/message`` (client to agent)."""
         return self._register("mcp_message", fn)
+
+    def session_status_handler(
+        self, fn: Callable[[_unstable.SessionStatusRequest, AgentRequestContext], _unstable.SessionStatusResponse]
+    ) -> Self:
+        """Unstable ``session/status`` (advertises ``sessionCapabilities.status``): answer
+        ``open`` (in memory) or ``saved`` (resumable) without side effects; raise
+        ``RequestError.resource_not_found`` for a session the agent does not know."""
+        return self._register("session_status", fn)
+
+    def archive_session_handler(
+        self, fn: Callable[[_unstable.ArchiveSessionRequest, AgentRequestContext], _unstable.ArchiveSessionResponse | None]
+    ) -> Self:
+        """Unstable ``session/archive``; with :meth:`unarchive_session_handler` (both or
+        neither) it advertises ``sessionCapabilities.archive``. The SDK cancels the session's
+        running turn before the handler runs, as the spec asks of an active session."""
+        return self._register("archive_session", fn)
+
+    def unarchive_session_handler(
+        self,
+        fn: Callable[[_unstable.UnarchiveSessionRequest, AgentRequestContext], _unstable.UnarchiveSessionResponse | None],
+    ) -> Self:
+        """Unstable ``session/unarchive`` (see :meth:`archive_session_handler`)."""
+        return self._register("unarchive_session", fn)
+
+    def set_session_title_handler(
+        self,
+        fn: Callable[[_unstable.SetSessionTitleRequest, AgentRequestContext], _unstable.SetSessionTitleResponse],
+    ) -> Self:
+        """Unstable ``session/set_title`` (advertises ``sessionCapabilities.title``): store
+        the title and answer it as stored (possibly normalised)."""
+        return self._register("set_session_title", fn)
+
+    def auth_status_handler(
+        self, fn: Callable[[_unstable.AuthStatusRequest, AgentRequestContext], _unstable.AuthStatusResponse]
+    ) -> Self:
+        """Unstable ``auth/status`` (advertises ``auth.status``, which also lets the agent send
+        ``auth/status_update`` with ``ctx.client.auth_status_update(...)``). It is answered
+        even before ``authenticate``: never raise auth-required here."""
+        return self._register("auth_status", fn)
+
+    def system_prompt(self, enabled: bool = True, *, override: bool = False) -> Self:
+        """Unstable: advertise ``sessionCapabilities.systemPrompt``, i.e. the session handlers
+        accept a client ``system_prompt`` (``append`` mode; ``override=True``: also
+        ``override`` mode). Needs ``.unstable(True)`` and a new_session handler. A request
+        with a mode not advertised is answered -32602 before any handler runs."""
+        if enabled and not self._unstable:
+            raise ValueError(
+                "system_prompt: client system prompts are an unstable ACP feature; "
+                "call .unstable(True) on the builder first to opt in"
+            )
+        self._system_prompt = (bool(enabled), bool(enabled and override))
+        return self
 
     # ---------------------------------------------------------------- options
 
@@ -438,6 +492,14 @@ class SyncAgentBuilder:
             raise ValueError("mcp_capabilities(...) needs a new_session handler (MCP servers come with session/new)")
         if self._auth_methods and not has("authenticate"):
             raise ValueError("auth_methods(...) were declared but no authenticate handler is registered")
+        archive = [m for m in ARCHIVE_METHODS if has(m)]
+        if archive and len(archive) != len(ARCHIVE_METHODS):
+            raise ValueError(
+                "archive_session and unarchive_session handlers are both or neither "
+                "(one capability, sessionCapabilities.archive, covers the two)"
+            )
+        if self._system_prompt[0] and not has("session/new"):
+            raise ValueError("system_prompt(True) needs a new_session handler")
         if has("session/load") and not has("session/prompt"):
             pass  # loading without prompting is odd but legal (a read-only history viewer)
         capabilities = derive_agent_capabilities(
@@ -445,6 +507,8 @@ class SyncAgentBuilder:
             prompt=self._prompt_caps,
             mcp=self._mcp,
             additional_directories=self._additional_directories,
+            system_prompt=self._system_prompt[0],
+            system_prompt_override=self._system_prompt[1],
         )
         spec = AgentSpec(
             handlers=dict(self._handlers),

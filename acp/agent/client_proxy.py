@@ -13,7 +13,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Callable
 
 from .. import schema
-from ..capabilities import NegotiatedCapabilities
+from ..capabilities import NegotiatedCapabilities, update_tag
 from ..errors import CapabilityError, RequestCancelledError
 from .cancellation import CancelToken
 from .state import ConnectionState
@@ -29,6 +29,9 @@ _DEFAULT: Any = object()
 
 # Calls that wait on a human or on a command: no default timeout (the turn's cancel still
 # wakes them, and max_prompt_duration bounds a whole turn).
+# Session updates of the unstable schema: sent only after the agent's opt-in.
+_UNSTABLE_UPDATE_TAGS = frozenset({"subagent_update", "session_message", "session_message_chunk"})
+
 _UNBOUNDED = frozenset({"session/request_permission", "terminal/wait_for_exit", "elicitation/create"})
 
 
@@ -106,7 +109,17 @@ class ClientProxy:
         return result
 
     def session_update(self, notification: schema.SessionNotification) -> bool:
-        """``session/update``; False (nothing sent) if this turn was already answered."""
+        """``session/update``; False (nothing sent) if this turn was already answered.
+
+        Raises :class:`CapabilityError` (nothing sent) for an update kind the client did not
+        advertise: ``notice`` needs ``session.notices``, ``compaction_update`` /
+        ``compaction_summary_chunk`` need ``session.compaction``, and the unstable
+        ``subagent_update`` / ``session_message*`` need ``subagents`` (and the opt-in).
+        """
+        update = notification.update
+        if update_tag(update) in _UNSTABLE_UPDATE_TAGS:
+            self._require_unstable(f"session/update {update_tag(update)!r}")
+        self._state.capabilities.require_update(update)
         connection = self._state.connection
 
         def emit() -> None:
@@ -224,6 +237,22 @@ class ClientProxy:
         self._state.connection.notify(method, params)
 
     # ---------------------------------------------------------------- unstable (opt-in)
+
+    def auth_status_update(self, notification: _unstable.AuthStatusUpdateNotification) -> bool:
+        """Unstable ``auth/status_update``: tell the client the agent's authentication state
+        changed. Needs ``.unstable(True)`` and an ``auth_status`` handler (it advertises
+        ``auth.status``). As the spec asks, a status equal to the last one sent on this
+        connection is not sent again: returns False then, True when sent."""
+        self._require_unstable("auth/status_update")
+        self._state.capabilities.require("auth_status", "auth/status_update")
+        encoded = schema.encode(notification)
+        with self._state.lock:
+            if self._state.last_auth_status == encoded:
+                _log.debug("auth/status_update: same status as last sent; not sent again")
+                return False
+            self._state.last_auth_status = encoded
+            self._state.connection.notify("auth/status_update", notification)
+        return True
 
     def message_mcp(self, request: _unstable.MessageMcpRequest) -> _unstable.MessageMcpResponse:
         """Unstable ``mcp/message`` (needs ``.unstable(True)``)."""

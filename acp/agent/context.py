@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import logging
 import threading
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Union
 
 from .. import schema
 from ..capabilities import NegotiatedCapabilities
@@ -24,7 +25,10 @@ from .commands import CommandResult, run_command
 from .state import ConnectionState
 from .turns import Turn
 
-__all__ = ["AgentRequestContext", "PromptContext", "SessionUpdater", "PlanEntryLike"]
+if TYPE_CHECKING:
+    from ..schema import unstable as _unstable
+
+__all__ = ["AgentRequestContext", "PromptContext", "SessionUpdater", "PlanEntryLike", "ERROR_STOP_REASON"]
 
 _log = logging.getLogger("acp.agent")
 
@@ -47,6 +51,51 @@ def _tool_content(content: _ToolContent | None) -> list[schema.ToolCallContent] 
     return list(content)
 
 
+def _blocks(content: _Content | Sequence[_Content] | None) -> list[schema.ContentBlock] | None:
+    if content is None:
+        return None
+    if isinstance(content, str) or not isinstance(content, Sequence):
+        return [_block(content)]
+    return [_block(c) for c in content]
+
+
+#: The stop reason of an idle subagent whose work failed (unstable; details in ``error``).
+ERROR_STOP_REASON = "error"
+
+_STATES = ("running", "idle", "requires_action", "unknown")
+
+
+def _subagent_state(
+    state: Any, stop_reason: str | None, error: Any, usage: Any
+) -> _unstable.StateUpdate | None:
+    from ..schema import unstable
+
+    if error is not None:
+        if stop_reason not in (None, ERROR_STOP_REASON):
+            raise ValueError(f"send_subagent_update: error= goes with stop_reason 'error', not {stop_reason!r}")
+        stop_reason = ERROR_STOP_REASON
+        if isinstance(error, RequestError):
+            error = schema.Error(code=error.code, message=error.message, data=error.data)
+    idle_details = stop_reason is not None or usage is not None
+    if state is None and idle_details:
+        state = "idle"
+    if state is None or not isinstance(state, str):
+        if idle_details:
+            raise ValueError("send_subagent_update: stop_reason/error/usage go with state='idle'")
+        return state
+    if state not in _STATES:
+        raise ValueError(f"send_subagent_update: unknown state {state!r} (one of {', '.join(_STATES)})")
+    if state != "idle" and idle_details:
+        raise ValueError(f"send_subagent_update: stop_reason/error/usage go with state='idle', not {state!r}")
+    if state == "idle":
+        return unstable.StateUpdateIdle(stop_reason=stop_reason, error=error, usage=usage)
+    if state == "running":
+        return unstable.RunningStateUpdate()
+    if state == "requires_action":
+        return unstable.RequiresActionStateUpdate()
+    return unstable.UnknownStateUpdate()
+
+
 def _plan_entry(entry: PlanEntryLike) -> schema.PlanEntry:
     if isinstance(entry, schema.PlanEntry):
         return entry
@@ -62,7 +111,9 @@ class _SessionMethods:
 
     def send_update(self, update: schema.SessionUpdate) -> bool:
         """Send one ``session/update``. In a prompt turn, an update sent after the prompt was
-        answered is dropped (logged at DEBUG) and False is returned."""
+        answered is dropped (logged at DEBUG) and False is returned. A kind the client did not
+        advertise (``notice``, compaction, subagent updates) raises
+        :class:`~acp.errors.CapabilityError` and nothing is sent."""
         return self._client.session_update(
             schema.SessionNotification(session_id=self.session_id, update=update)
         )
@@ -93,13 +144,16 @@ class _SessionMethods:
         locations: Sequence[schema.ToolCallLocation] | None = None,
         raw_input: Any = None,
         tool_call_id: str | None = None,
+        name: str | None = None,
     ) -> str:
-        """Announce a tool call (``tool_call``); returns its id (generated unless given)."""
+        """Announce a tool call (``tool_call``); returns its id (generated unless given).
+        ``name`` is the tool's own name (e.g. ``"read_file"``), next to the human ``title``."""
         call_id = tool_call_id if tool_call_id is not None else permissions.new_tool_call_id()
         self.send_update(
             schema.ToolCall(
                 tool_call_id=call_id,
                 title=title,
+                name=name,
                 kind=kind,
                 status=status,
                 content=_tool_content(content),
@@ -120,6 +174,7 @@ class _SessionMethods:
         locations: Sequence[schema.ToolCallLocation] | None = None,
         raw_input: Any = None,
         raw_output: Any = None,
+        name: str | None = None,
     ) -> bool:
         """Report progress on a tool call (``tool_call_update``); only given fields are sent."""
         return self.send_update(
@@ -127,6 +182,7 @@ class _SessionMethods:
                 tool_call_id=tool_call_id,
                 status=status,
                 title=title,
+                name=name,
                 kind=kind,
                 content=_tool_content(content),
                 locations=list(locations) if locations is not None else None,
@@ -134,6 +190,118 @@ class _SessionMethods:
                 raw_output=raw_output,
             )
         )
+
+    # ---------------------------------------------------------------- notices, compaction
+
+    def send_notice(
+        self,
+        title: str,
+        description: str | None = None,
+        *,
+        severity: str = schema.NoticeSeverities.INFO,
+        meta: dict[str, Any] | None = None,
+    ) -> bool:
+        """Show the user a live, fire-and-forget notice (``notice``): ``severity`` is
+        ``"info"``, ``"warning"`` or ``"error"``. Needs the client's ``session.notices``:
+        otherwise raises :class:`~acp.errors.CapabilityError` and sends nothing (check
+        ``ctx.client_capabilities.supports_notices()`` and fall back to :meth:`send_message`
+        when the user must see it anyway)."""
+        if not title:
+            raise ValueError("send_notice: the title must not be empty")
+        return self.send_update(
+            schema.Notice(severity=severity, title=title, description=description, field_meta=meta)
+        )
+
+    def start_compaction(
+        self,
+        *,
+        compaction_id: str | None = None,
+        summary: _Content | Sequence[_Content] | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> str:
+        """Announce a context compaction (``compaction_update``, ``in_progress``); returns its
+        id (generated unless given). Stream its summary with :meth:`send_compaction_summary`
+        and end it with :meth:`update_compaction`. Needs the client's ``session.compaction``
+        (else :class:`~acp.errors.CapabilityError`, nothing sent)."""
+        compaction_id = compaction_id if compaction_id is not None else f"compaction_{uuid.uuid4().hex[:16]}"
+        self.send_update(
+            schema.CompactionUpdate(
+                compaction_id=compaction_id,
+                status=schema.CompactionStatuses.IN_PROGRESS,
+                summary=_blocks(summary),
+                field_meta=meta,
+            )
+        )
+        return compaction_id
+
+    def send_compaction_summary(self, compaction_id: str, content: _Content) -> bool:
+        """Append a piece to a compaction's summary (``compaction_summary_chunk``)."""
+        return self.send_update(schema.CompactionSummaryChunk(compaction_id=compaction_id, content=_block(content)))
+
+    def update_compaction(
+        self,
+        compaction_id: str,
+        status: str = schema.CompactionStatuses.COMPLETED,
+        *,
+        summary: _Content | Sequence[_Content] | None = None,
+        error: str | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> bool:
+        """Move a compaction on (``compaction_update``): by default to ``completed``; also
+        ``failed`` (with ``error``) or ``cancelled``. A ``summary`` replaces the streamed one;
+        fields not given stay as they were."""
+        return self.send_update(
+            schema.CompactionUpdate(
+                compaction_id=compaction_id, status=status, summary=_blocks(summary), error=error, field_meta=meta
+            )
+        )
+
+    # ---------------------------------------------------------------- subagents (unstable)
+
+    def send_subagent_update(
+        self,
+        subagent_session_id: str,
+        *,
+        title: str | None = None,
+        description: str | None = None,
+        state: str | _unstable.StateUpdate | None = None,
+        stop_reason: str | None = None,
+        error: schema.Error | RequestError | None = None,
+        usage: _unstable.Usage | None = None,
+        cancellable: bool | None = None,
+        cwd: str | None = None,
+        additional_directories: Sequence[str] | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> bool:
+        """Unstable ``subagent_update``: announce a child session this session owns (the first
+        update for an id, sent before any update of the child itself, which then go out with
+        ``ctx.session(subagent_session_id)``), or patch it: fields not given stay unchanged.
+
+        ``state`` is ``"running"``, ``"idle"``, ``"requires_action"``, ``"unknown"`` or a
+        ``StateUpdate``; ``stop_reason`` / ``usage`` describe an idle child (they imply
+        ``"idle"``), and ``error`` (a ``schema.Error`` or a ``RequestError``) reports the
+        ``"error"`` stop reason with its details. ``cancellable`` grants (True) or withdraws
+        (False) the client's right to ``session/cancel`` the child. Needs the agent's
+        ``.unstable(True)`` and the client's ``subagents`` capability (else
+        :class:`~acp.errors.CapabilityError`, nothing sent)."""
+        from ..schema import unstable
+
+        capabilities = None
+        if cancellable is not None:
+            capabilities = unstable.SubagentSessionCapabilities(
+                cancel=unstable.SessionCancelCapabilities() if cancellable else None
+            )
+        update = unstable.SubagentUpdate(
+            session_id=subagent_session_id,
+            title=title,
+            description=description,
+            capabilities=capabilities,
+            state=_subagent_state(state, stop_reason, error, usage),
+            cwd=cwd,
+            additional_directories=list(additional_directories) if additional_directories is not None else None,
+            field_meta=meta,
+        )
+        return self.send_update(update)
 
 
 class SessionUpdater(_SessionMethods):
@@ -264,9 +432,11 @@ class PromptContext(AgentRequestContext, _SessionMethods):
         content: _ToolContent | None = None,
         locations: Sequence[schema.ToolCallLocation] | None = None,
         raw_input: Any = None,
+        name: str | None = None,
     ) -> bool:
         """Ask the user to allow ``action``: True only if allowed; False when rejected or
-        cancelled. Announces a ``tool_call`` (pending) first and settles it afterwards."""
+        cancelled. Announces a ``tool_call`` (pending; ``name``: the tool's name) first and
+        settles it afterwards."""
         return permissions.ask_permission(
             self,
             self._client,
@@ -275,11 +445,13 @@ class PromptContext(AgentRequestContext, _SessionMethods):
             _tool_content(content),
             list(locations) if locations is not None else None,
             raw_input,
+            name=name,
         )
 
-    def ask_choice(self, question: str, *options: str) -> str | None:
-        """Ask the user to pick one of ``options``; the chosen text, or None when cancelled."""
-        return permissions.ask_choice(self, self._client, question, options)
+    def ask_choice(self, question: str, *options: str, name: str | None = None) -> str | None:
+        """Ask the user to pick one of ``options``; the chosen text, or None when cancelled.
+        ``name``: the tool name of the ``tool_call`` it announces."""
+        return permissions.ask_choice(self, self._client, question, options, name=name)
 
     def elicit(
         self,

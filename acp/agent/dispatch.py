@@ -83,9 +83,44 @@ def _request(
 ) -> Callable[[Any, InboundCall], Any]:
     def run(params: Any, call: InboundCall) -> Any:
         _log_in(method, params)
+        if not ext:
+            _before(method, params, state)
         return _answer_value(method, fn(params, AgentRequestContext(state, call)), ext)
 
     return run
+
+
+# Session lifecycle requests that may carry a client system prompt (unstable).
+_SYSTEM_PROMPT_METHODS = frozenset({"session/new", "session/load", "session/resume", "session/fork"})
+
+
+def _before(method: str, params: Any, state: ConnectionState) -> None:
+    """What the spec asks of the agent before its handler runs."""
+    if method in _SYSTEM_PROMPT_METHODS:
+        _check_system_prompt(method, getattr(params, "system_prompt", None), state)
+    elif method == "session/archive":
+        # Spec: archiving an active session cancels its work first, as session/close does.
+        state.turns.cancel(params.session_id)
+
+
+def _check_system_prompt(method: str, system_prompt: Any, state: ConnectionState) -> None:
+    """Spec: an agent that cannot apply a system prompt MUST answer an error instead of
+    creating (loading, resuming, forking) the session; -32602 before the handler runs."""
+    if system_prompt is None:
+        return
+    caps = state.capabilities
+    mode = system_prompt.mode
+    problem = None
+    if not caps.supports_system_prompt():
+        problem = "this agent does not accept a client systemPrompt"
+    elif mode == "override" and not caps.supports_system_prompt_override():
+        problem = "this agent does not support systemPrompt mode 'override'"
+    elif mode not in ("append", "override"):
+        problem = f"unsupported systemPrompt mode {mode!r}"
+    elif not system_prompt.content:
+        problem = "systemPrompt.content must not be empty"
+    if problem is not None:
+        raise RequestError(INVALID_PARAMS, f"{method}: {problem}", {"systemPrompt": {"mode": mode}})
 
 
 def _notification(method: str, fn: Callable[[Any], Any]) -> Callable[[Any], None]:

@@ -46,6 +46,11 @@ _ROWS = (
     AgentMethod("set_provider", "providers/set", unstable=True),
     AgentMethod("disable_provider", "providers/disable", unstable=True),
     AgentMethod("mcp_message", "mcp/message", unstable=True),
+    AgentMethod("session_status", "session/status", unstable=True),
+    AgentMethod("archive_session", "session/archive", unstable=True),
+    AgentMethod("unarchive_session", "session/unarchive", unstable=True),
+    AgentMethod("set_session_title", "session/set_title", unstable=True),
+    AgentMethod("auth_status", "auth/status", unstable=True),
 )
 
 AGENT_HANDLERS: dict[str, AgentMethod] = {row.name: row for row in _ROWS}

@@ -46,6 +46,7 @@ def _ask(
     content: list[schema.ToolCallContent] | None,
     locations: list[schema.ToolCallLocation] | None,
     raw_input: Any,
+    name: str | None = None,
 ) -> tuple[str, str | None]:
     """Announce, ask, settle. Returns (tool_call_id, chosen option id or None if cancelled);
     an option id that was never offered raises -32603 naming it (after settling as failed)."""
@@ -54,6 +55,7 @@ def _ask(
         schema.ToolCall(
             tool_call_id=tool_call_id,
             title=title,
+            name=name,
             kind=kind,
             status=schema.ToolCallStatuses.PENDING,
             content=content,
@@ -68,6 +70,7 @@ def _ask(
                 tool_call=schema.ToolCallUpdate(
                     tool_call_id=tool_call_id,
                     title=title,
+                    name=name,
                     kind=kind,
                     status=schema.ToolCallStatuses.PENDING,
                 ),
@@ -110,6 +113,8 @@ def ask_permission(
     content: list[schema.ToolCallContent] | None = None,
     locations: list[schema.ToolCallLocation] | None = None,
     raw_input: Any = None,
+    *,
+    name: str | None = None,
 ) -> bool:
     """True only when the client chose "allow"."""
     options = [
@@ -120,11 +125,13 @@ def ask_permission(
             option_id=REJECT_OPTION_ID, name="Reject", kind=schema.PermissionOptionKinds.REJECT_ONCE
         ),
     ]
-    _, chosen = _ask(updates, client, action, kind, options, content, locations, raw_input)
+    _, chosen = _ask(updates, client, action, kind, options, content, locations, raw_input, name)
     return chosen == ALLOW_OPTION_ID
 
 
-def ask_choice(updates: _Updates, client: ClientProxy, question: str, choices: Sequence[str]) -> str | None:
+def ask_choice(
+    updates: _Updates, client: ClientProxy, question: str, choices: Sequence[str], *, name: str | None = None
+) -> str | None:
     """The text of the option the client chose, or None when cancelled."""
     if not choices:
         raise ValueError("ask_choice() needs at least one option")
@@ -134,5 +141,5 @@ def ask_choice(updates: _Updates, client: ClientProxy, question: str, choices: S
         )
         for index, choice in enumerate(choices)
     ]
-    _, chosen = _ask(updates, client, question, schema.ToolKinds.OTHER, options, None, None, None)
+    _, chosen = _ask(updates, client, question, schema.ToolKinds.OTHER, options, None, None, None, name)
     return None if chosen is None else choices[int(chosen)]

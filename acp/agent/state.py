@@ -73,3 +73,6 @@ class ConnectionState:
         # Until initialize, the client advertised nothing: every optional call is refused.
         self.capabilities = NegotiatedCapabilities(protocol_version=PROTOCOL_VERSION)
         self.initialized = False
+        self.lock = threading.Lock()
+        # The encoded last auth/status_update sent (the spec: send only when it changed).
+        self.last_auth_status: bytes | None = None

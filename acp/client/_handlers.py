@@ -8,11 +8,12 @@ response Struct; a notification handler is ``handler(notification)``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .. import schema
+from ..capabilities import UPDATE_CAPABILITY, update_tag
 from ..connection import Connection, InboundCall
 from ..errors import RequestError
 from ._turns import CANCELLED_PERMISSION, TurnTracker
@@ -36,6 +37,9 @@ class HandlerSet:
     """Everything a builder registered, keyed by wire method name."""
 
     session_update: list[Callable[[schema.SessionNotification], None]] = field(default_factory=list)
+    # Per-kind session update consumers, in registration order: (capability, fn); capability is
+    # "notices", "compaction" or "subagents" (see UPDATE_CAPABILITY for the tags each gets).
+    update_kinds: list[tuple[str, Callable[[schema.SessionNotification], None]]] = field(default_factory=list)
     requests: dict[str, RequestFn] = field(default_factory=dict)
     notifications: dict[str, NotificationFn] = field(default_factory=dict)
     ext_requests: dict[str, RequestFn] = field(default_factory=dict)
@@ -44,6 +48,10 @@ class HandlerSet:
     def methods(self) -> set[str]:
         """The standard client methods that have a handler (what capabilities derive from)."""
         return {*self.requests, *self.notifications}
+
+    def shown_kinds(self) -> set[str]:
+        """The update capabilities (``notices``...) a per-kind handler was registered for."""
+        return {kind for kind, _ in self.update_kinds}
 
 
 def _coerce(method: str, result: Any, result_type: Any) -> Any:
@@ -122,13 +130,22 @@ def _ext_request_adapter(client: SyncClient, fn: RequestFn) -> Callable[[Any, In
     return handle
 
 
-def _fan_out(fns: list[Callable[[schema.SessionNotification], None]]) -> Callable[[Any], None]:
+def _fan_out(
+    fns: list[Callable[[schema.SessionNotification], None]],
+    kinds: Sequence[tuple[str, Callable[[schema.SessionNotification], None]]] = (),
+) -> Callable[[Any], None]:
+    """One ``session/update`` handler: every generic consumer gets every update, then the
+    per-kind consumers of its kind (each in registration order)."""
     consumers = tuple(fns)
-    if len(consumers) == 1:
+    if len(consumers) == 1 and not kinds:
         return consumers[0]  # the engine already logs a failing handler and goes on
+    by_tag: dict[str, tuple[Callable[[schema.SessionNotification], None], ...]] = {}
+    for tag, capability in UPDATE_CAPABILITY.items():
+        by_tag[tag] = tuple(fn for kind, fn in kinds if kind == capability)
 
     def handle(notification: schema.SessionNotification) -> None:
-        for consumer in consumers:
+        specific = by_tag.get(update_tag(notification.update) or "", ())
+        for consumer in consumers + specific if specific else consumers:
             try:
                 consumer(notification)
             except Exception:
@@ -143,8 +160,10 @@ def install_handlers(
 ) -> None:
     """Register every handler of ``handlers`` on ``conn`` (before it starts)."""
     table = schema.STABLE_CLIENT_METHODS
-    if handlers.session_update:
-        conn.on_notification("session/update", _fan_out(handlers.session_update), schema.SessionNotification)
+    if handlers.session_update or handlers.update_kinds:
+        conn.on_notification(
+            "session/update", _fan_out(handlers.session_update, handlers.update_kinds), schema.SessionNotification
+        )
     # Permission is baseline ACP (no capability): without a handler the SDK still answers,
     # and it answers "cancelled", which never grants anything.
     conn.on_request(PERMISSION, _permission_adapter(client, handlers.requests.get(PERMISSION), turns), schema.RequestPermissionRequest)
@@ -154,7 +173,8 @@ def install_handlers(
         spec = table[method]
         conn.on_request(method, _request_adapter(client, method, fn, spec.result_type), spec.params_type)
     for method, note in handlers.notifications.items():
-        conn.on_notification(method, note, table[method].params_type)
+        spec = table[method] if method in table else schema.CLIENT_METHODS[method]  # unstable ones
+        conn.on_notification(method, note, spec.params_type)
     for method, fn in handlers.ext_requests.items():
         conn.on_request(method, _ext_request_adapter(client, fn))
     for method, note in handlers.ext_notifications.items():

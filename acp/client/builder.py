@@ -31,6 +31,7 @@ from .context import ClientRequestContext
 if TYPE_CHECKING:
     from http.cookiejar import CookieJar
 
+    from ..schema import unstable as _u
     from .client import SyncClient
     from .settings import AgentSettings
 
@@ -126,6 +127,7 @@ class SyncClientBuilder:
         self._transports: list[Transport | ProcessSpec | RemoteSpec] = []
         self._handlers = HandlerSet()
         self._elicitation_modes = (True, False)
+        self._shown: set[str] = set()  # update kinds the generic consumers show (notices...)
         self._explicit_caps: schema.ClientCapabilities | None = None
         self._client_info: schema.Implementation | None = None
         self._request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT
@@ -221,6 +223,66 @@ class SyncClientBuilder:
         that arrived before its answer has been handled.
         """
         self._handlers.session_update.append(fn)
+        return self
+
+    def notice_handler(self, fn: Callable[[schema.SessionNotification], None]) -> Self:
+        """Show ``notice`` session updates: ``fn(notification)`` gets each notification whose
+        ``update`` is a ``schema.Notice`` (after the :meth:`session_update_handler` consumers,
+        which see it too). Registering one advertises ``session.notices``: without it, agents
+        built with this SDK refuse to send notices."""
+        return self._update_kind("notices", fn, "notice_handler")
+
+    def compaction_handler(self, fn: Callable[[schema.SessionNotification], None]) -> Self:
+        """Show context compactions: ``fn(notification)`` gets each ``compaction_update`` and
+        ``compaction_summary_chunk`` (``schema.CompactionUpdate`` / ``CompactionSummaryChunk``;
+        updates of one ``compaction_id`` patch one entry). Advertises ``session.compaction``."""
+        return self._update_kind("compaction", fn, "compaction_handler")
+
+    def subagent_handler(self, fn: Callable[[schema.SessionNotification], None]) -> Self:
+        """Unstable (needs :meth:`unstable`): show subagent sessions. ``fn(notification)`` gets
+        each ``subagent_update`` (and the inter-session ``session_message`` /
+        ``session_message_chunk``); updates of a child then arrive under the child's session
+        id, on the :meth:`session_update_handler` consumers. Advertises ``subagents``."""
+        return self._update_kind("subagents", fn, "subagent_handler")
+
+    def notices(self, enabled: bool = True) -> Self:
+        """Advertise ``session.notices`` because the :meth:`session_update_handler` consumers
+        show ``notice`` updates themselves (a generic renderer); :meth:`notice_handler` does
+        it too."""
+        return self._shows("notices", enabled)
+
+    def compaction(self, enabled: bool = True) -> Self:
+        """Advertise ``session.compaction`` because the :meth:`session_update_handler`
+        consumers show compaction updates themselves; :meth:`compaction_handler` does it too."""
+        return self._shows("compaction", enabled)
+
+    def subagents(self, enabled: bool = True) -> Self:
+        """Unstable: advertise ``subagents`` because the :meth:`session_update_handler`
+        consumers show subagent updates themselves; :meth:`subagent_handler` does it too."""
+        return self._shows("subagents", enabled)
+
+    def _shows(self, kind: str, enabled: bool) -> Self:
+        if enabled:
+            self._shown.add(kind)
+        else:
+            self._shown.discard(kind)
+        return self
+
+    def _update_kind(self, kind: str, fn: Callable[..., Any], what: str) -> Self:
+        if not callable(fn):
+            raise TypeError(f"{what}: {fn!r} is not callable")
+        self._handlers.update_kinds.append((kind, fn))
+        return self
+
+    def auth_status_update_handler(self, fn: Callable[[_u.AuthStatusUpdateNotification], None]) -> Self:
+        """Unstable (needs :meth:`unstable`): handle ``auth/status_update``, which an agent
+        advertising ``auth.status`` sends when its authentication state changes:
+        ``fn(notification)`` (``state``, ``accounts``)."""
+        if "auth/status_update" in self._handlers.notifications:
+            raise ValueError("auth_status_update_handler is already registered")
+        if not callable(fn):
+            raise TypeError(f"auth_status_update_handler: {fn!r} is not callable")
+        self._handlers.notifications["auth/status_update"] = fn
         return self
 
     def request_permission_handler(
@@ -337,6 +399,16 @@ class SyncClientBuilder:
     def on_session_update(self, fn: F) -> F:
         """Decorator form of :meth:`session_update_handler`."""
         self.session_update_handler(fn)
+        return fn
+
+    def on_notice(self, fn: F) -> F:
+        """Decorator form of :meth:`notice_handler`."""
+        self.notice_handler(fn)
+        return fn
+
+    def on_compaction(self, fn: F) -> F:
+        """Decorator form of :meth:`compaction_handler`."""
+        self.compaction_handler(fn)
         return fn
 
     def on_request_permission(self, fn: F) -> F:
@@ -457,7 +529,9 @@ class SyncClientBuilder:
 
     def unstable(self, enabled: bool = True) -> Self:
         """Opt in to the unstable protocol methods (``session/fork``, ``providers/*``,
-        ``nes/*``, ``document/*``); without it they raise ``CapabilityError``."""
+        ``session/status``, ``session/archive``, ``session/set_title``, ``auth/status``,
+        ``system_prompt=``...) and handlers (subagents, ``auth/status_update``); without it the
+        methods raise ``CapabilityError`` and the handlers fail :meth:`build`."""
         self._unstable = bool(enabled)
         return self
 
@@ -481,13 +555,31 @@ class SyncClientBuilder:
             )
         if "elicitation/complete" in methods and "elicitation/create" not in methods:
             problems.append("complete_elicitation_handler needs a create_elicitation_handler")
+        kinds = handlers.shown_kinds() | self._shown
+        if not self._unstable:
+            if "subagents" in kinds:
+                problems.append("subagent updates are unstable: call unstable(True) first")
+            if "auth/status_update" in methods:
+                problems.append("auth_status_update_handler is unstable: call unstable(True) first")
         form, url = self._elicitation_modes
-        derived = derive_client_capabilities(methods, elicitation_form=form, elicitation_url=url)
+        derived = derive_client_capabilities(
+            methods,
+            elicitation_form=form,
+            elicitation_url=url,
+            notices="notices" in kinds,
+            compaction="compaction" in kinds,
+            subagents="subagents" in kinds and self._unstable,
+        )
         explicit = self._explicit_caps
         if explicit is not None:
             problems.extend(_explicit_without_handler(explicit, derived))
             derived = msgspec.structs.replace(
-                explicit, fs=derived.fs, terminal=derived.terminal, elicitation=derived.elicitation
+                explicit,
+                fs=derived.fs,
+                terminal=derived.terminal,
+                elicitation=derived.elicitation,
+                session=_merge_session(explicit.session, derived.session),
+                subagents=explicit.subagents if explicit.subagents is not None else derived.subagents,
             )
         if problems:
             raise ValueError("cannot build the client: " + "; ".join(problems))
@@ -558,6 +650,20 @@ def _check_timeout(seconds: float | None) -> float | None:
     if seconds is not None and not seconds > 0:
         raise ValueError(f"a timeout must be positive or None (got {seconds!r})")
     return seconds
+
+
+def _merge_session(
+    explicit: schema.ClientSessionCapabilities | None, derived: schema.ClientSessionCapabilities | None
+) -> schema.ClientSessionCapabilities | None:
+    """Explicit session capabilities (``configOptions``...) plus the derived notices/compaction;
+    an explicit ``notices`` / ``compaction`` (a client showing every update generically) stays."""
+    if explicit is None or derived is None:
+        return explicit if derived is None else derived
+    return msgspec.structs.replace(
+        explicit,
+        notices=explicit.notices if explicit.notices is not None else derived.notices,
+        compaction=explicit.compaction if explicit.compaction is not None else derived.compaction,
+    )
 
 
 def _explicit_without_handler(

@@ -25,12 +25,13 @@ from ..connection import Connection
 from ..errors import AcpError, CapabilityError, ConnectionClosedError
 from ._handlers import install_handlers
 from ._turns import TurnTracker
-from ._unstable import UnstableMethods
+from ._unstable import UnstableMethods, system_prompt_value
 from .context import AgentProxy
 
 if TYPE_CHECKING:
     from typing_extensions import Self
 
+    from ..schema import unstable as _u
     from ..transport.process import ProcessTransport
     from .builder import ClientConfig, SyncClientBuilder
 
@@ -245,6 +246,17 @@ class SyncClient(UnstableMethods):
 
     def _check_params(self, negotiated: NegotiatedCapabilities, method: str, params: Any) -> None:
         """Parameters the agent's capabilities rule out (the spec's MUST NOTs)."""
+        system_prompt = getattr(params, "system_prompt", None)
+        if system_prompt is not None:
+            self._check_unstable_param(method, "system_prompt")
+            negotiated.require("system_prompt", f"{method} with a system_prompt")
+            if system_prompt.mode == "override":
+                negotiated.require("system_prompt_override", f"{method} with a system_prompt in 'override' mode")
+            if not system_prompt.content:
+                raise ValueError(f"{method}: system_prompt.content must not be empty")
+        if isinstance(params, schema.ListSessionsRequest) and params.archived is not None:
+            self._check_unstable_param(method, "archived")
+            negotiated.require("archive_session", f"{method} with an archived filter")
         if getattr(params, "additional_directories", None) is not None:
             negotiated.require("additional_directories", f"{method} with additional_directories")
         for server in getattr(params, "mcp_servers", None) or ():
@@ -262,6 +274,12 @@ class SyncClient(UnstableMethods):
                     negotiated.require("audio_prompts", "session/prompt with audio content")
                 elif isinstance(block, schema.EmbeddedResource):
                     negotiated.require("embedded_context_prompts", "session/prompt with an embedded resource")
+
+    def _check_unstable_param(self, method: str, name: str) -> None:
+        if not self._config.unstable:
+            raise CapabilityError(
+                f"{method}: {name} is an unstable ACP feature: opt in with SyncClient.builder().unstable(True)"
+            )
 
     def _send(self, method: str, params: Any, *, timeout: Any = _DEFAULT) -> Any:
         """Check, send ``method`` and block for its typed result."""
@@ -380,13 +398,20 @@ class SyncClient(UnstableMethods):
         mcp_servers: Sequence[schema.McpServer] = (),
         additional_directories: Sequence[str] | None = None,
         *,
+        system_prompt: _u.SystemPrompt | str | None = None,
         meta: dict[str, Any] | None = None,
     ) -> schema.NewSessionResponse:
-        """``session/new`` in the absolute directory ``cwd``; answers the new ``session_id``."""
+        """``session/new`` in the absolute directory ``cwd``; answers the new ``session_id``.
+
+        ``system_prompt`` (unstable; needs the opt-in and the agent's
+        ``sessionCapabilities.systemPrompt``): instructions for the session, a
+        ``schema.unstable.SystemPrompt`` or a string (one text block, ``append`` mode);
+        ``override`` mode also needs ``systemPrompt.mode.override``."""
         request = schema.NewSessionRequest(
             cwd=_check_absolute("cwd", cwd),
             mcp_servers=list(mcp_servers),
             additional_directories=_dirs(additional_directories),
+            system_prompt=system_prompt_value(system_prompt),
             field_meta=meta,
         )
         result: schema.NewSessionResponse = self._send("session/new", request)
@@ -399,46 +424,67 @@ class SyncClient(UnstableMethods):
         mcp_servers: Sequence[schema.McpServer] = (),
         additional_directories: Sequence[str] | None = None,
         *,
+        system_prompt: _u.SystemPrompt | str | None = None,
         meta: dict[str, Any] | None = None,
     ) -> schema.LoadSessionResponse:
         """``session/load`` (if the agent advertised ``loadSession``). The agent replays the
         conversation as ``session/update`` notifications; all of them have been handled when
-        this returns."""
+        this returns. ``system_prompt``: as for :meth:`new_session` (send the same one)."""
         request = schema.LoadSessionRequest(
             session_id=session_id,
             cwd=_check_absolute("cwd", cwd),
             mcp_servers=list(mcp_servers),
             additional_directories=_dirs(additional_directories),
+            system_prompt=system_prompt_value(system_prompt),
             field_meta=meta,
         )
         result: schema.LoadSessionResponse = self._send("session/load", request)
         return result
 
     def list_sessions(
-        self, cwd: str | None = None, cursor: str | None = None, *, meta: dict[str, Any] | None = None
+        self,
+        cwd: str | None = None,
+        cursor: str | None = None,
+        *,
+        archived: _u.SessionArchiveFilter | None = None,
+        meta: dict[str, Any] | None = None,
     ) -> schema.ListSessionsResponse:
-        """One page of ``session/list`` (if advertised); see :meth:`iter_sessions`."""
+        """One page of ``session/list`` (if advertised); see :meth:`iter_sessions`.
+        ``archived`` (unstable; needs ``sessionCapabilities.archive``): ``"exclude"`` (the
+        agent's default), ``"include"`` or ``"only"``."""
         request = schema.ListSessionsRequest(
-            cwd=None if cwd is None else _check_absolute("cwd", cwd), cursor=cursor, field_meta=meta
+            cwd=None if cwd is None else _check_absolute("cwd", cwd),
+            cursor=cursor,
+            archived=archived,
+            field_meta=meta,
         )
         result: schema.ListSessionsResponse = self._send("session/list", request)
         return result
 
-    def iter_sessions(self, cwd: str | None = None, *, meta: dict[str, Any] | None = None) -> Iterator[schema.SessionInfo]:
+    def iter_sessions(
+        self,
+        cwd: str | None = None,
+        *,
+        archived: _u.SessionArchiveFilter | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> Iterator[schema.SessionInfo]:
         """Every session ``session/list`` knows, following ``nextCursor`` page by page.
 
         A missing (or empty) ``nextCursor`` ends the listing; a cursor the agent already
         returned raises :class:`AcpError` instead of looping forever. The capability is checked
         now, the pages are fetched as the iterator is consumed.
         """
-        self._check("session/list")
-        return self._pages(cwd, meta)
+        negotiated = self._check("session/list")
+        self._check_params(negotiated, "session/list", schema.ListSessionsRequest(archived=archived))
+        return self._pages(cwd, archived, meta)
 
-    def _pages(self, cwd: str | None, meta: dict[str, Any] | None) -> Iterator[schema.SessionInfo]:
+    def _pages(
+        self, cwd: str | None, archived: str | None, meta: dict[str, Any] | None
+    ) -> Iterator[schema.SessionInfo]:
         cursor: str | None = None
         seen: set[str] = set()
         while True:
-            page = self.list_sessions(cwd, cursor, meta=meta)
+            page = self.list_sessions(cwd, cursor, archived=archived, meta=meta)
             yield from page.sessions
             cursor = page.next_cursor
             if not cursor:
@@ -454,14 +500,17 @@ class SyncClient(UnstableMethods):
         mcp_servers: Sequence[schema.McpServer] | None = None,
         additional_directories: Sequence[str] | None = None,
         *,
+        system_prompt: _u.SystemPrompt | str | None = None,
         meta: dict[str, Any] | None = None,
     ) -> schema.ResumeSessionResponse:
-        """``session/resume`` (if advertised): reattach without replaying the history."""
+        """``session/resume`` (if advertised): reattach without replaying the history.
+        ``system_prompt``: as for :meth:`new_session` (send the same one)."""
         request = schema.ResumeSessionRequest(
             session_id=session_id,
             cwd=_check_absolute("cwd", cwd),
             mcp_servers=None if mcp_servers is None else list(mcp_servers),
             additional_directories=_dirs(additional_directories),
+            system_prompt=system_prompt_value(system_prompt),
             field_meta=meta,
         )
         result: schema.ResumeSessionResponse = self._send("session/resume", request)

@@ -19,6 +19,12 @@ Scenarios (the prompt's text, first word first):
 ``terminal <command>``     runs the command (``shlex`` split) in a client terminal (``ctx.execute``),
                            reports its output and exit code
 ``plan``                   sends a plan, then updates it entry by entry until all are completed
+``notice``                 three ``notice`` updates (info, warning, error); to a client that did not
+                           advertise ``session.notices``, an agent message saying so instead
+``compact [fail]``         a context compaction: ``compaction_update`` (in_progress), two
+                           ``compaction_summary_chunk``, then ``completed`` (``failed`` with an error
+                           for ``compact fail``); to a client without ``session.compaction``, an agent
+                           message instead
 ``elicit``                 asks for a name and a colour with a form elicitation; reports the answer
 ``wait_for_cancel``        holds the turn until ``session/cancel``, then answers ``cancelled``
 ``error <code>``           answers the prompt with the JSON-RPC error ``<code>``
@@ -59,7 +65,7 @@ _log = logging.getLogger("acp.examples.scenario")
 
 SCENARIOS = (
     "echo", "stream", "tool_calls", "permission", "read", "write", "terminal", "plan",
-    "elicit", "wait_for_cancel", "error", "full",
+    "notice", "compact", "elicit", "wait_for_cancel", "error", "full",
 )
 """The scenario names, in the order ``full`` runs the ones it includes."""
 
@@ -282,7 +288,7 @@ class ScenarioAgent:
         ctx = turn.ctx
         path = os.path.join(turn.session.cwd, "hello.py")
         location = [schema.ToolCallLocation(path=path, line=1)]
-        call = ctx.start_tool_call("Edit hello.py", schema.ToolKinds.EDIT, locations=location)
+        call = ctx.start_tool_call("Edit hello.py", schema.ToolKinds.EDIT, locations=location, name="edit_file")
         ctx.update_tool_call(call, status=schema.ToolCallStatuses.IN_PROGRESS)
         diff = schema.Diff(path=path, old_text='print("hello")\n', new_text='print("hello, world")\n')
         ctx.update_tool_call(call, status=schema.ToolCallStatuses.COMPLETED, content=[diff])
@@ -296,7 +302,10 @@ class ScenarioAgent:
             return schema.StopReasons.END_TURN
         path = os.path.join(turn.session.cwd, "hello.py")
         allowed = ctx.ask_permission(
-            "Apply the edit to hello.py", schema.ToolKinds.EDIT, locations=[schema.ToolCallLocation(path=path)]
+            "Apply the edit to hello.py",
+            schema.ToolKinds.EDIT,
+            locations=[schema.ToolCallLocation(path=path)],
+            name="apply_edit",
         )
         if ctx.is_cancelled:
             turn.say("permission: cancelled\n")
@@ -309,7 +318,7 @@ class ScenarioAgent:
         path = rest
         call = ctx.start_tool_call(
             f"Read {os.path.basename(path)}", schema.ToolKinds.READ,
-            locations=[schema.ToolCallLocation(path=path)], raw_input={"path": path},
+            locations=[schema.ToolCallLocation(path=path)], raw_input={"path": path}, name="read_file",
         )
         try:
             text = ctx.read_file(path)
@@ -326,7 +335,7 @@ class ScenarioAgent:
         path, _, text = rest.partition(" ")
         old = ctx.try_read_file(path) if ctx.client_capabilities.supports_read_text_file() else None
         call = ctx.start_tool_call(
-            f"Write {os.path.basename(path)}", schema.ToolKinds.EDIT,
+            f"Write {os.path.basename(path)}", schema.ToolKinds.EDIT, name="write_file",
             locations=[schema.ToolCallLocation(path=path)],
             content=[schema.Diff(path=path, old_text=old, new_text=text)],
         )
@@ -345,7 +354,9 @@ class ScenarioAgent:
         argv = shlex.split(rest)
         if not argv:
             raise RequestError(INVALID_PARAMS, "terminal: give a command, e.g. 'terminal echo hi'")
-        call = ctx.start_tool_call(f"Run {rest}", schema.ToolKinds.EXECUTE, raw_input={"command": argv})
+        call = ctx.start_tool_call(
+            f"Run {rest}", schema.ToolKinds.EXECUTE, raw_input={"command": argv}, name="run_command"
+        )
         ctx.update_tool_call(call, status=schema.ToolCallStatuses.IN_PROGRESS)
         try:
             result = ctx.execute(*argv, cwd=cwd or turn.session.cwd)
@@ -366,6 +377,34 @@ class ScenarioAgent:
                 (step, "high" if i == 0 else "medium", _plan_status(i, done)) for i, step in enumerate(steps)
             )
         turn.say("plan: all steps completed\n")
+        return schema.StopReasons.END_TURN
+
+    def _notice(self, turn: _Turn, rest: str) -> str:
+        ctx = turn.ctx
+        if not ctx.client_capabilities.supports_notices():
+            # Spec: no notice to a client that cannot show one; say it as a message instead.
+            turn.say("notice: the client does not show notices (no session.notices)\n")
+            return schema.StopReasons.END_TURN
+        ctx.send_notice("Index ready", "The workspace index was rebuilt.", severity=schema.NoticeSeverities.INFO)
+        ctx.send_notice("Rate limit near", "80% of this hour's requests used.", severity=schema.NoticeSeverities.WARNING)
+        ctx.send_notice("Linter crashed", severity=schema.NoticeSeverities.ERROR)
+        turn.say("notice: sent 3 notices\n")
+        return schema.StopReasons.END_TURN
+
+    def _compact(self, turn: _Turn, rest: str) -> str:
+        ctx = turn.ctx
+        if not ctx.client_capabilities.supports_compaction():
+            turn.say("compact: the client does not show compaction (no session.compaction)\n")
+            return schema.StopReasons.END_TURN
+        compaction = ctx.start_compaction()
+        ctx.send_compaction_summary(compaction, "The user asked for scenarios; ")
+        ctx.send_compaction_summary(compaction, "the agent ran them.")
+        if rest == "fail":
+            ctx.update_compaction(compaction, schema.CompactionStatuses.FAILED, error="the summariser gave up")
+            turn.say("compact: failed\n")
+        else:
+            ctx.update_compaction(compaction, schema.CompactionStatuses.COMPLETED)
+            turn.say("compact: done\n")
         return schema.StopReasons.END_TURN
 
     def _elicit(self, turn: _Turn, rest: str) -> str:
@@ -473,6 +512,8 @@ _SCENARIOS: dict[str, Callable[[ScenarioAgent, _Turn, str], str]] = {
     "write": ScenarioAgent._write,
     "terminal": ScenarioAgent._terminal,
     "plan": ScenarioAgent._plan,
+    "notice": ScenarioAgent._notice,
+    "compact": ScenarioAgent._compact,
     "elicit": ScenarioAgent._elicit,
     "wait_for_cancel": ScenarioAgent._wait_for_cancel,
     "error": ScenarioAgent._error,

@@ -6,7 +6,8 @@ instead of -32601, accepts prompts on any session, and ignores lines that are no
 
 Flags add more faults to each prompt turn: ``--fs`` calls ``fs/read_text_file`` although the
 client offered no file system; ``--bad-update`` sends a ``session/update`` that does not match
-the schema; ``--unknown-update`` sends one with an unknown ``sessionUpdate`` tag.
+the schema; ``--unknown-update`` sends one with an unknown ``sessionUpdate`` tag; ``--notice``
+sends a ``notice`` although the client did not advertise ``session.notices``.
 """
 
 import json
@@ -27,6 +28,9 @@ def turn_faults(session_id: object) -> None:
     if "--bad-update" in FLAGS:
         send({"jsonrpc": "2.0", "method": "session/update",
               "params": {"sessionId": session_id, "update": {"sessionUpdate": "agent_message_chunk"}}})
+    if "--notice" in FLAGS:
+        send({"jsonrpc": "2.0", "method": "session/update",
+              "params": {"sessionId": session_id, "update": {"sessionUpdate": "notice", "severity": "info", "title": "hi"}}})
     if "--unknown-update" in FLAGS:
         send({"jsonrpc": "2.0", "method": "session/update",
               "params": {"sessionId": session_id, "update": {"sessionUpdate": "from_the_future", "x": 1}}})
