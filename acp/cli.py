@@ -476,6 +476,8 @@ def run_chat(
                 process = client.process
                 code = process.wait(1.0) if process is not None else None
                 exited = f" (the agent exited with status {code})" if code is not None else ""
+                if isinstance(exc, acp.ConnectionClosedError) and exc.returncode is not None:
+                    exited = ""  # the error already says how it exited, with its last stderr lines
                 out.write(f"acp chat: the agent failed to start a session: {exc}{exited}\n")
                 return 1
             info = init.agent_info

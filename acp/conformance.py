@@ -39,9 +39,10 @@ import msgspec
 
 from . import rpc, schema
 from .capabilities import UPDATE_CAPABILITY
-from .errors import METHOD_NOT_FOUND, PARSE_ERROR, ConnectionClosedError
+from .errors import METHOD_NOT_FOUND, PARSE_ERROR, ConnectionClosedError, _data_text
 from .transport import ProcessTransport
 from .transport.base import Transport
+from .transport.process import describe_exit
 
 if TYPE_CHECKING:
     from .client.settings import AgentSettings
@@ -275,13 +276,14 @@ class _Peer:
         return sum(1 for item in items for msg in _messages(item) if _update_session(msg) == session_id)
 
     def exit_note(self) -> str:
-        """`` (the agent exited with status N)`` once it is gone, else ``""``."""
+        """`` (the agent closed its output and exited with code N)`` once it is gone (or ``was
+        killed by SIGKILL``, say), else ``""``."""
         if not self.eof.is_set():
             return ""
         if not isinstance(self.transport, ProcessTransport):
             return " (the agent closed the connection)"
         code = self.transport.wait(1.0)
-        return " (the agent closed its output" + (f" and exited with status {code})" if code is not None else ")")
+        return " (the agent closed its output" + (f" and {describe_exit(code)})" if code is not None else ")")
 
     def alive(self, timeout: float) -> bool:
         """True if the agent still answers a request (an unknown method: any answer will do)."""
@@ -425,7 +427,11 @@ def _describe(msg: Any) -> str:
     if msg is None:
         return "no answer"
     if isinstance(msg, rpc.ErrorResponse):
-        return f"error {msg.error.code} {msg.error.message!r}"
+        # The reason a peer put in data ({"details": ...}), bounded; not data that only
+        # repeats what the check already says ({"method": ...}).
+        detail = _data_text(msg.error.data, as_json=False)
+        suffix = f": {detail}" if detail and detail != msg.error.message else ""
+        return f"error {msg.error.code} {msg.error.message!r}{suffix}"
     text = bytes(msg.result).decode("utf-8", "replace")
     return f"result {text[:120]}{'...' if len(text) > 120 else ''}"
 
@@ -723,7 +729,7 @@ class _Checker:
             self.ok(
                 "robust.stdin_closed",
                 code is not None,
-                f"exited with status {code} {took:.1f}s after stdin closed" if code is not None
+                f"{describe_exit(code)}, {took:.1f}s after stdin closed" if code is not None
                 else f"still running {self.timeout:.0f}s after stdin closed",
             )
 

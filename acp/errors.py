@@ -52,6 +52,52 @@ _DEFAULT_MESSAGES = {
 }
 
 
+# str(RequestError) shows at most this many characters of its data.
+_DATA_TEXT_LIMIT = 300
+# The keys under which peers put the human-readable reason (the official SDKs use "details").
+_DATA_TEXT_KEYS = ("details", "message", "detail", "reason", "error")
+# str(ConnectionClosedError) shows at most this many of its stderr lines, each at most this long.
+_STR_TAIL_LINES = 10
+_STR_TAIL_LINE_CHARS = 200
+
+
+def _shorten(text: str, limit: int) -> str:
+    """``text`` on one line, cut to ``limit`` characters at a word boundary, with an ellipsis."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    if text[limit - 1] != " ":  # mid-word: go back to a word boundary unless it is far back
+        space = cut.rfind(" ")
+        if space >= limit // 2:
+            cut = cut[:space]
+    return cut.rstrip() + "\u2026"
+
+
+def _data_text(data: Any, as_json: bool = True) -> str:
+    """The readable part of an error's ``data``: a string as it is, a dict's reason string
+    (``details``, ``message``...), anything else as compact JSON (unless not ``as_json``);
+    bounded; "" if nothing."""
+    if data is None:
+        return ""
+    if isinstance(data, str):
+        return _shorten(data, _DATA_TEXT_LIMIT)
+    if isinstance(data, dict):
+        for key in _DATA_TEXT_KEYS:
+            value = data.get(key)
+            if isinstance(value, str) and value.strip():
+                return _shorten(value, _DATA_TEXT_LIMIT)
+    if not as_json:
+        return ""
+    import msgspec  # lazily: str() of an error is rare, `import acp.errors` stays cheap
+
+    try:
+        text = msgspec.json.encode(data).decode("utf-8", "replace")
+    except (TypeError, ValueError, OverflowError, RecursionError):
+        text = repr(data)
+    return _shorten(text, _DATA_TEXT_LIMIT)
+
+
 class AcpError(Exception):
     """Base class of every exception acp raises on purpose."""
 
@@ -61,13 +107,26 @@ class RequestError(AcpError):
 
     A handler that raises ``RequestError(code, message, data)`` has its peer receive exactly that
     code, message and data; any other exception is answered with -32603 "Internal error".
+
+    ``str()`` reads ``"<message> (code <code>): <data>"``, where ``<data>`` is the readable part
+    of ``data`` (a string, else a dict's ``details``/``message``/``detail``/``reason``/``error``
+    string, else compact JSON), on one line and cut to 300 characters with "…"; without data
+    (or when it only repeats the message) it is ``"<message> (code <code>)"``.
     """
 
     def __init__(self, code: int, message: str | None = None, data: Any = None) -> None:
         self.code = int(code)
         self.message = message if message is not None else _DEFAULT_MESSAGES.get(code, "Error")
         self.data = data
-        super().__init__(f"{self.message} (code {self.code})")
+        # args as the constructor takes them, so copy and pickle rebuild the same error.
+        super().__init__(self.code, self.message, data)
+
+    def __str__(self) -> str:
+        text = f"{self.message} (code {self.code})"
+        detail = _data_text(self.data)
+        if detail and detail != self.message:
+            text += f": {detail}"
+        return text
 
     def __repr__(self) -> str:
         return f"RequestError(code={self.code!r}, message={self.message!r}, data={self.data!r})"
@@ -119,7 +178,33 @@ class CapabilityError(AcpError):
 
 
 class ConnectionClosedError(AcpError):
-    """The connection is closed: the transport ended, or close() was called."""
+    """The connection is closed: the transport ended, or close() was called.
+
+    When a spawned agent process is gone, ``returncode`` is its exit status (negative: killed
+    by that signal; None otherwise or while it still runs) and ``stderr_tail`` the last lines
+    it wrote to stderr (at most 20 lines / 8 KiB; "" if none). ``str()`` is the message, then
+    the last few of those lines, indented.
+    """
+
+    def __init__(
+        self, message: str = "connection closed", *, returncode: int | None = None, stderr_tail: str = ""
+    ) -> None:
+        self.returncode = returncode
+        self.stderr_tail = stderr_tail
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        lines = self.stderr_tail.splitlines()[-_STR_TAIL_LINES:]
+        if not lines:
+            return text
+        shown = "\n".join("    " + _shorten_line(line) for line in lines)
+        return f"{text}; the last lines of its stderr:\n{shown}"
+
+
+def _shorten_line(line: str) -> str:
+    line = line.rstrip()
+    return line if len(line) <= _STR_TAIL_LINE_CHARS else line[: _STR_TAIL_LINE_CHARS - 1] + "\u2026"
 
 
 class RequestTimeoutError(AcpError, TimeoutError):

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from acp import schema
 from acp.agent import SyncAgent
 from acp.errors import RequestError
 
@@ -31,6 +32,31 @@ def test_stream_answers_after_every_update(served: Any) -> None:
     assert client.prompt(sid, "stream 50") == {"stopReason": "end_turn"}
     # The answer came after every update (updates precede the response on the wire).
     assert client.texts(sid) == [f"chunk {i}" for i in range(50)]
+
+
+def test_send_message_meta_goes_out_as_the_chunks_meta(no_thread_leak: None) -> None:
+    def prompt(request: Any, ctx: Any) -> None:
+        ctx.send_message("traced", meta={"trace": {"id": "t-1"}, "n": 1})
+        ctx.send_message("plain")
+
+    agent = (SyncAgent.builder()
+             .new_session_handler(lambda request, ctx: schema.NewSessionResponse(session_id="s"))
+             .prompt_handler(prompt)
+             .build())
+    client = FakeClient(agent.serve_in_process())
+    try:
+        client.initialize()
+        sid = client.new_session()
+        assert client.prompt(sid, "go") == {"stopReason": "end_turn"}
+        # What the client decoded from the wire: `_meta` on the first chunk, none on the second.
+        assert [u["update"] for u in client.updates] == [
+            {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "traced"},
+             "_meta": {"trace": {"id": "t-1"}, "n": 1}},
+            {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "plain"}},
+        ]
+    finally:
+        client.close()
+        agent.close()
 
 
 def test_tool_calls_and_plan(served: Any) -> None:

@@ -14,6 +14,8 @@ import pytest
 
 from acp import cli
 
+from .conftest import helper_argv
+
 WAIT = 60.0
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -167,7 +169,8 @@ def test_chat_ctrl_c_cancels_the_turn_in_a_terminal(tmp_path: Path) -> None:
 def test_chat_reports_an_agent_that_exits_at_once(tmp_path: Path) -> None:
     done = run_acp("chat", "--", "sh", "-c", "exit 3", stdin="hello\n", cwd=tmp_path)
     assert done.returncode == 1
-    assert "the agent failed to start a session" in done.stdout and "status 3" in done.stdout
+    assert "the agent failed to start a session: initialize: the agent process exited with code 3" in done.stdout
+    assert "status 3" not in done.stdout  # said once, not twice
 
 
 def test_chat_renders_notices_and_compaction(tmp_path: Path) -> None:
@@ -221,3 +224,15 @@ def test_turn_printer_renders_subagents_and_patched_compactions() -> None:
         "[compaction] completed: replaced",
         "[compaction] cancelled",
     ]
+
+
+def test_chat_shows_a_crashing_agents_last_stderr_lines(tmp_path: Path) -> None:
+    # No logging configured: the agent's traceback still reaches the user, in the error line.
+    done = run_acp("chat", "--", *helper_argv("exiting_agent", "crash"), stdin="hello\n", cwd=tmp_path)
+    assert done.returncode == 1
+    assert (
+        "error: session/prompt: the agent process exited with code 3; the last lines of its stderr:\n"
+        "    starting the turn\n"
+        "    Traceback (most recent call last):\n"
+    ) in done.stdout
+    assert "\n    RuntimeError: model backend unreachable: connection refused\n" in done.stdout

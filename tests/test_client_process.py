@@ -221,6 +221,6 @@ def test_a_call_after_the_agent_exited_says_so(no_thread_leak: None) -> None:
         assert client.process.wait(10) == 7
         with pytest.raises(ConnectionClosedError) as info:
             client.initialize()
-        assert "the agent process exited (code 7)" in str(info.value)
+        assert "the agent process exited with code 7" in str(info.value)
     finally:
         client.close()

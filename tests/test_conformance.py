@@ -10,6 +10,7 @@ from pathlib import Path
 from acp.conformance import Report, run_checks
 
 from .conftest import helper_argv
+from .helpers.exiting_agent import CREDENTIALS
 
 WAIT = 120.0
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,6 +64,14 @@ def test_broken_agent_fails() -> None:
                  "session.unknown_session_prompt", "robust.garbage_line", "jsonrpc.envelopes"):
         assert found[name] == "FAIL", name
     assert "(echoed: the agent must answer a version it supports)" in done.stdout
+
+
+def test_a_failing_checks_line_shows_the_reason_in_the_errors_data() -> None:
+    # The agent answers session/new as the official SDKs do: -32603 with data {"details": ...}.
+    done = check("--timeout", "5", "--", *helper_argv("exiting_agent", "error-data"))
+    assert done.returncode == 1
+    line = next(line for line in done.stdout.splitlines() if line.split()[1:2] == ["session.new"])
+    assert line.split(None, 2)[2] == f"session/new -> error -32603 'Internal error': {CREDENTIALS}"
 
 
 def test_capability_and_schema_violations_are_caught() -> None:

@@ -404,6 +404,22 @@ def test_our_client_drives_ts_agent(ts_agent: Any, workspace: Path) -> None:
     assert failed.startswith('terminal: exit=1 signal=null status={"exitCode":1}'), failed
 
 
+def test_a_ts_agents_thrown_error_reads_well_on_our_side(ts_agent: Any, workspace: Path) -> None:
+    # The TS SDK answers a handler's exception with -32603 "Internal error" and the reason in
+    # data.details; str() of our RequestError shows that reason.
+    client, _, _, _ = ts_agent
+    client.initialize()
+    session_id = client.new_session(str(workspace)).session_id
+    reason = "Missing credentials. Please pass an api_key or set ANTHROPIC_API_KEY"
+    with pytest.raises(acp.RequestError) as info:
+        client.prompt(session_id, f"throw {reason}")
+    error = info.value
+    assert (error.code, error.message, error.data) == (-32603, "Internal error", {"details": reason})
+    assert str(error) == f"Internal error (code -32603): {reason}"
+    # The agent lives on: the session still works.
+    assert client.prompt(session_id, "stream 1").stop_reason == "end_turn"
+
+
 def test_our_client_cancels_ts_agent_turn(ts_agent: Any, workspace: Path) -> None:
     client, recorder, _, _ = ts_agent
     client.initialize()

@@ -118,9 +118,10 @@ class _SessionMethods:
             schema.SessionNotification(session_id=self.session_id, update=update)
         )
 
-    def send_message(self, content: _Content) -> bool:
-        """Stream a piece of the agent's reply (``agent_message_chunk``)."""
-        return self.send_update(schema.AgentMessageChunk(content=_block(content)))
+    def send_message(self, content: _Content, *, meta: dict[str, Any] | None = None) -> bool:
+        """Stream a piece of the agent's reply (``agent_message_chunk``); ``meta`` is its
+        ``_meta``."""
+        return self.send_update(schema.AgentMessageChunk(content=_block(content), field_meta=meta))
 
     def send_thought(self, content: _Content) -> bool:
         """Stream a piece of the agent's reasoning (``agent_thought_chunk``)."""

@@ -94,6 +94,11 @@ class AgentProcess:
         """Its exit status (negative: killed by that signal), or None while it runs."""
         return self._transport.returncode
 
+    @property
+    def stderr_tail(self) -> str:
+        """The last lines it wrote to stderr (at most 20 non-blank lines, 8 KiB); "" if none."""
+        return self._transport.stderr_tail
+
     def wait(self, timeout: float | None = None) -> int | None:
         """Wait for it to exit; its return code, or None when ``timeout`` passed first."""
         return self._transport.wait(timeout)
@@ -220,15 +225,15 @@ class SyncClient(UnstableMethods):
 
     # ------------------------------------------------------------------ core
 
-    def _closed_reason(self) -> str:
+    def _closed_error(self, method: str) -> ConnectionClosedError:
+        """Why ``method`` cannot go out: closed by us, or how the agent (process) went away."""
         if self._closed:
-            return "the client is closed"
-        process = self._process
+            return ConnectionClosedError(f"{method}: the client is closed")
+        process: ProcessTransport | None = self._config.process
         if process is not None:
-            code = process.wait(0.5)  # it is going or gone: the answer comes quickly
-            if code is not None:
-                return f"the agent process exited (code {code})"
-        return "the agent closed the connection"
+            # It is going or gone: how it ended and its last stderr lines come quickly.
+            return process.closed_error(method, timeout=1.0)
+        return ConnectionClosedError(f"{method}: the agent closed the connection")
 
     def _check(self, method: str, unstable: bool = False) -> NegotiatedCapabilities:
         """Refuse locally whatever cannot be sent now (nothing goes out)."""
@@ -237,7 +242,7 @@ class SyncClient(UnstableMethods):
                 f"{method} is an unstable ACP method: opt in with SyncClient.builder().unstable(True)"
             )
         if self.is_closed:
-            raise ConnectionClosedError(f"{method}: {self._closed_reason()}")
+            raise self._closed_error(method)
         negotiated = self._negotiated
         if negotiated is None:
             raise CapabilityError(f"{method}: call initialize() first")
@@ -294,7 +299,7 @@ class SyncClient(UnstableMethods):
         try:
             result = self._conn.request(method, params, spec.result_type, timeout=timeout)
         except ConnectionClosedError as exc:
-            raise ConnectionClosedError(f"{method}: {self._closed_reason()}") from exc
+            raise self._closed_error(method) from exc
         if debug:
             _log.debug("<- %s %r", method, result)
         return result
@@ -305,7 +310,10 @@ class SyncClient(UnstableMethods):
         self._check(method, spec.unstable)
         if _log.isEnabledFor(logging.DEBUG):
             _log.debug("-> %s %s", method, schema.encode(params).decode("utf-8", "replace"))
-        self._conn.notify(method, params)
+        try:
+            self._conn.notify(method, params)
+        except ConnectionClosedError as exc:
+            raise self._closed_error(method) from exc
 
     def call(self, request: Any, *, timeout: float | None = _DEFAULT) -> Any:
         """Send a full request object (``schema.NewSessionRequest(...)``...) with the same
@@ -354,7 +362,7 @@ class SyncClient(UnstableMethods):
             if self._negotiated is not None:
                 raise AcpError("initialize: this connection is already initialized")
             if self.is_closed:
-                raise ConnectionClosedError(f"initialize: {self._closed_reason()}")
+                raise self._closed_error("initialize")
             if timeout is _DEFAULT:
                 timeout = self._conn.request_timeout
             _log.debug("-> initialize %r", request)
@@ -365,7 +373,7 @@ class SyncClient(UnstableMethods):
             except ConnectionClosedError as exc:
                 if type(exc) is not ConnectionClosedError:  # e.g. a remote refusal, with its status
                     raise
-                raise ConnectionClosedError(f"initialize: {self._closed_reason()}") from exc
+                raise self._closed_error("initialize") from exc
             if response.protocol_version not in SUPPORTED_PROTOCOL_VERSIONS:
                 error = UnsupportedProtocolVersionError(request.protocol_version, response.protocol_version)
                 _log.warning("%s", error)
@@ -600,13 +608,19 @@ class SyncClient(UnstableMethods):
         self._check(method)
         if timeout is _DEFAULT:
             timeout = self._conn.request_timeout
-        return self._conn.request(method, params, None, timeout=timeout)
+        try:
+            return self._conn.request(method, params, None, timeout=timeout)
+        except ConnectionClosedError as exc:
+            raise self._closed_error(method) from exc
 
     def ext_notification(self, method: str, params: Any = None) -> None:
         """Send the extension notification ``method`` (starts with ``_``)."""
         _check_ext(method, params)
         self._check(method)
-        self._conn.notify(method, params)
+        try:
+            self._conn.notify(method, params)
+        except ConnectionClosedError as exc:
+            raise self._closed_error(method) from exc
 
     def __repr__(self) -> str:
         state = "closed" if self.is_closed else "initialized" if self.is_initialized else "new"

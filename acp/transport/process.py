@@ -4,23 +4,50 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import threading
+import time
+from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Union
 
+from ..errors import ConnectionClosedError
 from .fd import FdTransport
 
 if TYPE_CHECKING:  # subprocess is imported lazily: `import acp` must stay cheap
     import subprocess
 
-__all__ = ["ProcessTransport"]
+__all__ = ["ProcessTransport", "describe_exit"]
 
 _log = logging.getLogger("acp.transport.process")
 
 # A stderr "line" longer than this is logged in pieces instead of being buffered whole.
 _MAX_STDERR_LINE = 65536
+# The end of stderr kept for error messages (stderr_tail): this many lines, this many bytes.
+_TAIL_LINES = 20
+_TAIL_BYTES = 8192
 
 StrPath = Union[str, "os.PathLike[str]"]
+
+
+def describe_exit(returncode: int) -> str:
+    """How a process ended, from its return code: ``"exited with code 3"``, or, for a negative
+    code (killed by that signal), ``"was killed by SIGKILL"``."""
+    if returncode >= 0:
+        return f"exited with code {returncode}"
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        name = f"signal {-returncode}"
+    return f"was killed by {name}"
+
+
+def _decode_tail(data: bytes) -> str:
+    # A cut end of stderr may start inside a UTF-8 character: skip its continuation bytes.
+    start = 0
+    while start < min(len(data), 3) and 0x80 <= data[start] < 0xC0:
+        start += 1
+    return data[start:].decode("utf-8", "replace")
 
 
 def _describe(argv: Sequence[str]) -> str:
@@ -38,7 +65,9 @@ class ProcessTransport(FdTransport):
       else.
     * stderr is drained by a daemon thread named ``acp-stderr-<pid>`` into the logger
       ``acp.transport.process`` (one INFO record per line, ``"[<pid>] <line>"``, with the pid
-      also in ``record.acp_pid``), so a chatty agent never blocks on a full stderr pipe.
+      also in ``record.acp_pid``), so a chatty agent never blocks on a full stderr pipe. The
+      last 20 lines (8 KiB at most) are also kept: :attr:`stderr_tail`, and
+      :meth:`closed_error` for the error a caller sees once the agent is gone.
     * The child stays in our process group (the default): a Ctrl-C in the terminal reaches the
       agent too, and it does not outlive us by accident. ``start_new_session=True`` puts it in a
       session of its own instead, for interactive clients that turn Ctrl-C into
@@ -118,6 +147,9 @@ class ProcessTransport(FdTransport):
         self._shut_down = False
         super().__init__(stdout_r, stdin_w, description=f"process {proc.pid} ({_describe(args)})")
         self._stderr = FdTransport(stderr_r, None, description=f"stderr of process {proc.pid}")
+        self._tail: deque[bytes] = deque(maxlen=_TAIL_LINES)
+        self._tail_lock = threading.Lock()
+        self._stderr_done = threading.Event()
         self._stderr_thread = threading.Thread(
             target=self._drain_stderr, name=f"acp-stderr-{proc.pid}", daemon=True
         )
@@ -138,6 +170,36 @@ class ProcessTransport(FdTransport):
     def returncode(self) -> int | None:
         """The exit status (negative: killed by that signal), or ``None`` while running."""
         return self._proc.poll()
+
+    @property
+    def stderr_tail(self) -> str:
+        """The last lines the child wrote to stderr so far (at most 20 non-blank lines and
+        8 KiB; a partial last line appears once stderr ends); "" if none."""
+        with self._tail_lock:
+            lines = list(self._tail)
+        text = b"\n".join(line.rstrip(b"\r") for line in lines)
+        if len(text) > _TAIL_BYTES:  # keep the end, from a line start when one is near
+            text = text[-_TAIL_BYTES:]
+            newline = text.find(b"\n")
+            if 0 <= newline < _TAIL_BYTES // 2:
+                text = text[newline + 1 :]
+        return _decode_tail(text)
+
+    def closed_error(self, context: str = "", timeout: float = 0.5) -> ConnectionClosedError:
+        """The :class:`~acp.errors.ConnectionClosedError` to raise once the agent is gone:
+        ``"<context>: the agent process exited with code 3"`` (or ``was killed by SIGKILL``),
+        with ``returncode`` and ``stderr_tail`` set. Waits up to ``timeout`` for the process to
+        exit and for the rest of its stderr."""
+        deadline = time.monotonic() + timeout
+        code = self.wait(timeout)
+        if code is not None:
+            # The last lines may still be in the pipe (unless a grandchild holds it open).
+            self._stderr_done.wait(max(0.0, deadline - time.monotonic()))
+            reason = f"the agent process {describe_exit(code)}"
+        else:
+            reason = "the agent closed the connection (its process is still running)"
+        message = f"{context}: {reason}" if context else reason
+        return ConnectionClosedError(message, returncode=code, stderr_tail=self.stderr_tail)
 
     def wait(self, timeout: float | None = None) -> int | None:
         """Wait for the child to exit; its return code, or ``None`` if ``timeout`` passed."""
@@ -207,14 +269,27 @@ class ProcessTransport(FdTransport):
                 if len(pending) >= _MAX_STDERR_LINE:
                     lines.append(pending)
                     pending = b""
+                self._keep(lines)
                 if _log.isEnabledFor(logging.INFO):
                     for line in lines:
                         self._log_line(pid, line)
-            if pending and _log.isEnabledFor(logging.INFO):
-                self._log_line(pid, pending)
+            if pending:
+                self._keep([pending])
+                if _log.isEnabledFor(logging.INFO):
+                    self._log_line(pid, pending)
         except Exception:  # never let the drain die silently: the child would block
             _log.exception("stderr reader of process %d failed", pid)
             self._discard_stderr()
+        finally:
+            self._stderr_done.set()
+
+    def _keep(self, lines: list[bytes]) -> None:
+        # For error messages: blank lines would only push out the useful ones, and only the end
+        # of an over-long line is kept.
+        kept = [line[-_TAIL_BYTES:] for line in lines if line.strip()][-_TAIL_LINES:]
+        if kept:
+            with self._tail_lock:
+                self._tail.extend(kept)
 
     def _discard_stderr(self) -> None:
         try:

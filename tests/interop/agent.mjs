@@ -14,6 +14,7 @@
 //   terminal CMD ARG..         terminal/create, wait_for_exit, output, release (TerminalHandle);
 //                              replies "terminal: exit=<code> signal=<sig> output=<out>"
 //   wait_for_cancel            replies "waiting", then waits for session/cancel; stopReason cancelled
+//   throw TEXT..               throws Error(TEXT): the SDK answers -32603 with data {details: TEXT}
 // Anything else is echoed. Logs (one line per event) go to stderr.
 import { Readable, Writable } from "node:stream";
 import * as acp from "@agentclientprotocol/sdk";
@@ -133,6 +134,8 @@ async function prompt({ params, client }) {
       await waitForCancel(sessionId);
       return { stopReason: "cancelled" };
     }
+    case "throw":
+      throw new Error(text.slice(word.length + 1));
     default:
       await say(client, sessionId, `echo: ${text}`);
       return { stopReason: "end_turn" };
