@@ -40,8 +40,8 @@ def install(spec: AgentSpec, state: ConnectionState) -> None:
         row = BY_WIRE[wire]
         if wire == "session/prompt":
             conn.on_request(wire, _prompt(fn, state), schema.PromptRequest, on_arrival=_prompt_arrived(state))
-        elif wire == "session/close":
-            conn.on_request(wire, _close_session(fn, state, spec), schema.CloseSessionRequest)
+        elif wire in ("session/close", "session/archive"):
+            conn.on_request(wire, _close_session(wire, fn, state, spec), params_type(wire))
         elif wire == "authenticate":
             conn.on_request(wire, _authenticate(fn, state), schema.AuthenticateRequest)
         elif row.notification:
@@ -98,9 +98,6 @@ def _before(method: str, params: Any, state: ConnectionState) -> None:
     """What the spec asks of the agent before its handler runs."""
     if method in _SYSTEM_PROMPT_METHODS:
         _check_system_prompt(method, getattr(params, "system_prompt", None), state)
-    elif method == "session/archive":
-        # Spec: archiving an active session cancels its work first, as session/close does.
-        state.turns.cancel(params.session_id)
 
 
 def _check_system_prompt(method: str, system_prompt: Any, state: ConnectionState) -> None:
@@ -174,16 +171,19 @@ def _authenticate(fn: Callable[..., Any], state: ConnectionState) -> Callable[[A
     return run
 
 
-def _close_session(fn: Callable[..., Any], state: ConnectionState, spec: AgentSpec) -> Callable[[Any, InboundCall], Any]:
-    # Spec: the agent must cancel any ongoing work of the session, then free it. The SDK does
-    # the first half, as for session/cancel: the turn is cancelled and answered "cancelled"
-    # (by its handler, or by the SDK after a bounded wait) before the close handler runs.
+def _close_session(
+    method: str, fn: Callable[..., Any], state: ConnectionState, spec: AgentSpec
+) -> Callable[[Any, InboundCall], Any]:
+    # Spec: the agent must cancel any ongoing work of the session, then free it (session/close)
+    # or archive it (session/archive, unstable). The SDK does the first half, as for
+    # session/cancel: the turn is cancelled and answered "cancelled" (by its handler, or by the
+    # SDK after a bounded wait) before the handler runs.
     wait = spec.close_timeout if spec.cancel_grace_period is None else min(spec.cancel_grace_period, spec.close_timeout)
 
-    def run(request: schema.CloseSessionRequest, call: InboundCall) -> Any:
-        _log_in("session/close", request)
+    def run(request: Any, call: InboundCall) -> Any:
+        _log_in(method, request)
         state.turns.close_session(request.session_id, wait)
-        return _answer_value("session/close", fn(request, AgentRequestContext(state, call)))
+        return _answer_value(method, fn(request, AgentRequestContext(state, call)))
 
     return run
 
