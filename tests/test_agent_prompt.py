@@ -38,6 +38,8 @@ def test_send_message_meta_goes_out_as_the_chunks_meta(no_thread_leak: None) -> 
     def prompt(request: Any, ctx: Any) -> None:
         ctx.send_message("traced", meta={"trace": {"id": "t-1"}, "n": 1})
         ctx.send_message("plain")
+        ctx.send_thought("hmm", meta={"k": 1})
+        ctx.send_user_message("again", meta={"k": 2})
 
     agent = (SyncAgent.builder()
              .new_session_handler(lambda request, ctx: schema.NewSessionResponse(session_id="s"))
@@ -53,6 +55,8 @@ def test_send_message_meta_goes_out_as_the_chunks_meta(no_thread_leak: None) -> 
             {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "traced"},
              "_meta": {"trace": {"id": "t-1"}, "n": 1}},
             {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "plain"}},
+            {"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": "hmm"}, "_meta": {"k": 1}},
+            {"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": "again"}, "_meta": {"k": 2}},
         ]
     finally:
         client.close()

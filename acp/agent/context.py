@@ -123,13 +123,15 @@ class _SessionMethods:
         ``_meta``."""
         return self.send_update(schema.AgentMessageChunk(content=_block(content), field_meta=meta))
 
-    def send_thought(self, content: _Content) -> bool:
-        """Stream a piece of the agent's reasoning (``agent_thought_chunk``)."""
-        return self.send_update(schema.AgentThoughtChunk(content=_block(content)))
+    def send_thought(self, content: _Content, *, meta: dict[str, Any] | None = None) -> bool:
+        """Stream a piece of the agent's reasoning (``agent_thought_chunk``); ``meta`` is its
+        ``_meta``."""
+        return self.send_update(schema.AgentThoughtChunk(content=_block(content), field_meta=meta))
 
-    def send_user_message(self, content: _Content) -> bool:
-        """Replay a piece of a user message (``user_message_chunk``), e.g. in ``session/load``."""
-        return self.send_update(schema.UserMessageChunk(content=_block(content)))
+    def send_user_message(self, content: _Content, *, meta: dict[str, Any] | None = None) -> bool:
+        """Replay a piece of a user message (``user_message_chunk``), e.g. in ``session/load``;
+        ``meta`` is its ``_meta``."""
+        return self.send_update(schema.UserMessageChunk(content=_block(content), field_meta=meta))
 
     def send_plan(self, entries: Iterable[PlanEntryLike]) -> bool:
         """Send the complete plan; entries are PlanEntry or ``(content, priority, status)``."""

@@ -5,7 +5,7 @@ client -> agent method, and records what it received. In-process: ``FakeAgent(co
 over ``memory_pair()``. As a process: ``client_fake_agent.py '<options as JSON>'`` over stdio.
 
 Options (all optional): ``protocol_version`` (1), ``advertise`` (list of: load, list, resume,
-close, delete, logout, dirs, fork, providers, nes, image; default all), ``sessions`` (5),
+close, delete, logout, dirs, fork, providers, image; default all), ``sessions`` (5),
 ``page_size`` (2).
 
 The first text block of a prompt is a script:
@@ -34,7 +34,7 @@ from typing import Any
 from acp.connection import Connection, InboundCall
 from acp.errors import RequestError
 
-ALL_CAPS = ["load", "list", "resume", "close", "delete", "logout", "dirs", "fork", "providers", "nes", "image"]
+ALL_CAPS = ["load", "list", "resume", "close", "delete", "logout", "dirs", "fork", "providers", "image"]
 
 
 def chunk(session_id: str, text: str) -> dict[str, Any]:
@@ -64,11 +64,11 @@ class FakeAgent:
             "initialize", "authenticate", "logout", "session/new", "session/load", "session/list",
             "session/resume", "session/close", "session/delete", "session/set_mode",
             "session/set_config_option", "session/prompt", "session/fork", "providers/list",
-            "providers/set", "providers/disable", "nes/start", "nes/close", "_agent/echo", "_agent/notes",
+            "providers/set", "providers/disable", "_agent/echo", "_agent/notes",
         ):
             conn.on_request(method, self._dispatch)
         conn.on_notification("session/cancel", self._on_cancel, immediate=True)
-        for method in ("_agent/note", "document/didOpen", "nes/accept"):
+        for method in ("_agent/note",):
             conn.on_notification(method, lambda p, m=method: self._record(m, p))
 
     # -- plumbing --------------------------------------------------------------------------
@@ -117,8 +117,6 @@ class FakeAgent:
         }
         if "providers" in adv:
             caps["providers"] = {}
-        if "nes" in adv:
-            caps["nes"] = {}
         return {
             "protocolVersion": self.protocol_version,
             "agentCapabilities": caps,
@@ -197,12 +195,6 @@ class FakeAgent:
         return {}
 
     def m_providers_disable(self, p: dict[str, Any], call: InboundCall) -> Any:
-        return {}
-
-    def m_nes_start(self, p: dict[str, Any], call: InboundCall) -> Any:
-        return {"sessionId": "nes-1"}
-
-    def m_nes_close(self, p: dict[str, Any], call: InboundCall) -> Any:
         return {}
 
     def m_agent_echo(self, p: Any, call: InboundCall) -> Any:
