@@ -616,6 +616,29 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--cancel-prompt", metavar="TEXT", help="a prompt that keeps the agent busy (cancel checks)")
     check.add_argument("--prompt", metavar="TEXT", default="hello", help="the text of ordinary prompts")
     check.add_argument("--timeout", metavar="S", type=float, default=10.0, help="seconds to wait per answer")
+    tap = sub.add_parser(
+        "tap",
+        help="record an editor's session with an agent: acp tap [--out FILE] -- AGENT COMMAND...",
+        description="A transparent recording proxy: launch it in place of the agent. It forwards stdin "
+        "and stdout byte for byte, passes stderr and the exit status through, and records every line "
+        "to a JSONL file for acp trace.",
+    )
+    tap.add_argument(
+        "--out", metavar="PATH",
+        help="the recording (a file, or a folder for one new file per run; "
+        "default: a new file under ~/.cache/acp/taps/)",
+    )
+    trace = sub.add_parser(
+        "trace",
+        help="show what happened in a recording: acp trace FILE [--html OUT]",
+        description="Read a recording (acp tap, acp chat --record, a wire tap's JSONL) and show one line "
+        "per message, with requests paired to their answers.",
+    )
+    trace.add_argument("file", metavar="FILE", help="the JSONL recording")
+    trace.add_argument("--html", metavar="OUT", help="also write a self-contained HTML page to OUT")
+    trace.add_argument(
+        "--color", choices=("auto", "always", "never"), default="auto", help="colour errors (default: auto)"
+    )
     return parser
 
 
@@ -668,6 +691,18 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace, agent: list[
         return run_check(
             settings, cancel_prompt=args.cancel_prompt, prompt=args.prompt, timeout=args.timeout, out=out
         )
+    if args.command == "tap":
+        if not agent:
+            parser.error("tap needs the agent's command after --, e.g. acp tap -- my-agent --stdio")
+        from .tap import run_tap
+
+        return run_tap(agent, out=args.out)
+    if args.command == "trace":
+        if agent:
+            parser.error("trace takes no agent command")
+        from .trace import run_trace
+
+        return run_trace(args.file, html=args.html, color=args.color, out=out)
     parser.print_help()
     return 2
 
