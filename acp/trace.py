@@ -367,8 +367,12 @@ def run_trace(path: str, *, html: str | None, color: str, out: IO[str]) -> int:
     if html is not None:
         from .trace_html import render_html
 
-        with open(html, "w", encoding="utf-8") as file:
-            file.write(render_html(trace))
+        try:
+            with open(html, "w", encoding="utf-8") as file:
+                file.write(render_html(trace))
+        except OSError as exc:
+            out.write(f"acp trace: cannot write {html}: {exc.strerror or exc}\n")
+            return 1
         out.write(f"wrote {html}\n")
     out.flush()
     return 0

@@ -115,6 +115,7 @@ td.dir.agent { color: var(--agent); }
 td.kind { color: var(--muted); white-space: nowrap; }
 td.method { font-family: ui-monospace, Menlo, Consolas, monospace; white-space: nowrap; }
 td.summary { color: var(--fg); word-break: break-word; }
+td.id { white-space: nowrap; }
 td.id a { color: inherit; font-family: ui-monospace, Menlo, Consolas, monospace; }
 td.session { white-space: nowrap; color: var(--muted); }
 td.bar { width: 18%; min-width: 120px; padding: 6px 8px; }

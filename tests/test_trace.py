@@ -93,6 +93,9 @@ def test_unanswered_requests_bad_lines_and_a_missing_file(tmp_path: Path) -> Non
     assert trace.problems == ["line 3: not a recording entry: not a recording line"]
     missing = acp_cli("trace", str(tmp_path / "nope.jsonl"))
     assert missing.returncode == 1 and "cannot read" in missing.stdout
+    (tmp_path / "one.jsonl").write_text('{"t":0,"dir":"out","raw":"x"}\n')
+    unwritable = acp_cli("trace", str(tmp_path / "one.jsonl"), "--html", str(tmp_path / "no" / "page.html"))
+    assert unwritable.returncode == 1 and "cannot write" in unwritable.stdout
 
 
 # ---------------------------------------------------------------------------------- the page
