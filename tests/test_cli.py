@@ -76,7 +76,7 @@ def test_chat_with_the_echo_agent_and_record(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "connected to acp-echo-agent" in done.stdout
     assert "agent> Hello there, agent" in done.stdout
-    assert "(end_turn)" in done.stdout and "/mode ID" in done.stdout
+    assert "(end_turn)" in done.stdout and "/mode [ID]" in done.stdout and "/auth [ID]" in done.stdout
     entries = [json.loads(line) for line in record.read_text().splitlines()]
     methods = [(e["dir"], e["msg"].get("method")) for e in entries]
     assert ("out", "initialize") in methods and ("out", "session/prompt") in methods
@@ -236,3 +236,105 @@ def test_chat_shows_a_crashing_agents_last_stderr_lines(tmp_path: Path) -> None:
         "    Traceback (most recent call last):\n"
     ) in done.stdout
     assert "\n    RuntimeError: model backend unreachable: connection refused\n" in done.stdout
+
+
+SCENARIO = [sys.executable, "-m", "acp.examples.scenario_agent"]
+HELPERS = ROOT / "tests" / "helpers"
+
+
+def test_chat_shows_the_auth_methods_and_authenticates_with_auth(tmp_path: Path) -> None:
+    script = "echo too early\n/new\n/auth\n/auth api-key\n/auth scenario-login\necho signed in\n/quit\n"
+    done = run_acp("chat", "--", *SCENARIO, "--require-auth", stdin=script, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    # session/new answered auth_required: the error's data, then every method and how to use it.
+    assert ('the agent failed to start a session: Authentication required (code -32000): '
+            'sign in first') in out
+    assert "scenario-login  Scenario login: The agent's own sign-in (always succeeds)" in out
+    assert "api-key  API key (env_var)" in out
+    assert "set SCENARIO_API_KEY (Scenario API key, secret) in the agent's environment" in out
+    assert "/auth ID here, or start the chat with acp chat --auth-method ID" in out
+    assert "no session: authenticate first" in out
+    assert "error: session/new failed: Authentication required (code -32000)" in out  # /new: a line
+    assert "'api-key' reads SCENARIO_API_KEY from the agent's environment" in out
+    assert "authenticated with 'scenario-login'\nnew session scenario-1" in out
+    assert "agent> signed in" in out and "Traceback" not in done.stderr
+
+
+def test_chat_auth_method_option(tmp_path: Path) -> None:
+    missing = run_acp("chat", "--auth-method", "api-key", "--", *SCENARIO, "--require-auth", cwd=tmp_path)
+    assert missing.returncode == 1 and "reads SCENARIO_API_KEY" in missing.stdout
+    unknown = run_acp("chat", "--auth-method", "nope", "--", *SCENARIO, "--require-auth", cwd=tmp_path)
+    assert unknown.returncode == 1
+    assert "offers no authentication method 'nope' (offered: scenario-login, api-key)" in unknown.stdout
+    env = {**os.environ, "SCENARIO_API_KEY": "k"}
+    ok = subprocess.run([sys.executable, "-m", "acp", "chat", "--auth-method", "api-key", "--", *SCENARIO,
+                         "--require-auth"], input="echo with a key\n", capture_output=True, text=True,
+                        timeout=WAIT, cwd=tmp_path, env=env)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "authenticated with 'api-key'" in ok.stdout and "agent> with a key" in ok.stdout
+
+
+def test_chat_error_lines_carry_the_agents_data_and_modes_are_listed(tmp_path: Path) -> None:
+    done = run_acp("chat", "--", *SCENARIO, stdin="error -32001\n/mode\n/mode nope\n/quit\n", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert 'error: Scenario error -32001 (code -32001): {"scenario":"error"}' in out
+    assert "  * ask  Ask: Ask before doing anything risky" in out and "    auto  Auto:" in out
+    assert "error: Unknown mode 'nope' (code -32602): {\"modeId\":\"nope\"}" in out
+
+
+def test_chat_shows_how_the_agent_died_and_its_last_stderr_lines(tmp_path: Path) -> None:
+    done = run_acp("chat", "--", sys.executable, str(HELPERS / "dying_agent.py"), stdin="hello\n", cwd=tmp_path)
+    assert done.returncode == 1
+    assert "the agent process was killed by SIGTERM; the last lines of its stderr:" in done.stdout
+    assert "    loading the model\n    fatal: the model crashed" in done.stdout
+    assert "code -15" not in done.stdout.replace("(code -15)", "") and "Traceback" not in done.stderr
+    assert "fatal" not in done.stderr  # captured for the report, not printed twice
+    at_once = run_acp("chat", "--", "sh", "-c", "echo no config file >&2; exit 3", cwd=tmp_path)
+    assert "the agent process exited with code 3; the last lines of its stderr:\n    no config file" in at_once.stdout
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs a pty")
+def test_chat_late_update_never_prints_over_the_prompt(tmp_path: Path) -> None:
+    import pty
+
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.chdir(tmp_path)
+        os.execv(sys.executable, [sys.executable, "-m", "acp", "chat", "--", *SCENARIO])
+    seen = b""
+
+    def expect(text: bytes, timeout: float = 30.0) -> None:
+        nonlocal seen
+        deadline = time.monotonic() + timeout
+        while text not in seen:
+            remaining = deadline - time.monotonic()
+            assert remaining > 0, f"{text!r} not seen in {seen!r}"
+            ready, _, _ = select.select([fd], [], [], remaining)
+            if ready:
+                try:
+                    chunk = os.read(fd, 4096)
+                except OSError:
+                    chunk = b""
+                assert chunk, f"the chat ended before {text!r}: {seen!r}"
+                seen += chunk
+
+    try:
+        expect(b"> ")
+        os.write(fd, b"late after the turn\n")
+        expect(b"(end_turn)")
+        expect(b"late: after the turn")
+        expect(b"late: after the turn\r\n> ")  # the prompt, drawn again below the update
+        # The prompt's line was erased first: the update starts a line of its own.
+        assert b"> \r\x1b[Kagent> late: after the turn" in seen
+        os.write(fd, b"/quit\n")
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        try:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+        os.close(fd)

@@ -28,6 +28,8 @@ Scenarios (the prompt's text, first word first):
 ``elicit``                 asks for a name and a colour with a form elicitation; reports the answer
 ``wait_for_cancel``        holds the turn until ``session/cancel``, then answers ``cancelled``
 ``error <code>``           answers the prompt with the JSON-RPC error ``<code>``
+``late <text>``            answers the turn at once; ``<text>`` follows as an agent message a moment
+                           after the answer, outside the turn (as agents send late updates)
 ``full``                   all of the above that end normally, in one turn, skipping what the
                            client's capabilities do not allow (read/write/terminal work in a
                            temporary folder created under the session's cwd and removed after)
@@ -39,6 +41,11 @@ advertises and implements ``session/load`` (replays the conversation), ``session
 requests go to the user; ``auto``: the ``permission`` scenario is approved by the mode) and
 config options (``model``: a select; ``verbose``: a boolean, offered only to clients that
 advertise boolean config options, which makes the agent narrate its steps as thoughts).
+
+With ``--require-auth`` the agent advertises :data:`AUTH_METHODS` and refuses ``session/new``
+with ``auth_required`` (-32000) until the client authenticates: ``scenario-login`` (handled by the
+agent, always succeeds) or ``api-key`` (an ``env_var`` method: it succeeds when the agent was
+started with ``SCENARIO_API_KEY`` set, which also counts as signed in from the start).
 """
 
 from __future__ import annotations
@@ -52,20 +59,28 @@ import shutil
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import acp
 from acp import schema
-from acp.errors import INVALID_PARAMS, RESOURCE_NOT_FOUND, CapabilityError, RequestError
+from acp.agent import SessionUpdater
+from acp.errors import (
+    AUTH_REQUIRED,
+    INVALID_PARAMS,
+    RESOURCE_NOT_FOUND,
+    CapabilityError,
+    RequestError,
+)
 
-__all__ = ["ScenarioAgent", "build_agent", "main", "SCENARIOS", "MODES", "MODELS"]
+__all__ = ["ScenarioAgent", "build_agent", "main", "SCENARIOS", "MODES", "MODELS", "AUTH_METHODS"]
 
 _log = logging.getLogger("acp.examples.scenario")
 
 SCENARIOS = (
     "echo", "stream", "tool_calls", "permission", "read", "write", "terminal", "plan",
-    "notice", "compact", "elicit", "wait_for_cancel", "error", "full",
+    "notice", "compact", "elicit", "wait_for_cancel", "error", "late", "full",
 )
 """The scenario names, in the order ``full`` runs the ones it includes."""
 
@@ -80,6 +95,21 @@ MODELS = (
     schema.SessionConfigSelectOption(value="large", name="Large", description="Slow and thorough"),
 )
 """The values of the ``model`` config option (``small`` is the default)."""
+
+API_KEY_VAR = "SCENARIO_API_KEY"
+
+AUTH_METHODS: tuple[schema.AuthMethod, ...] = (
+    schema.AuthMethodAgent(
+        id="scenario-login", name="Scenario login", description="The agent's own sign-in (always succeeds)"
+    ),
+    # An env_var method (the auth-methods RFD): this SDK's schema keeps it as the raw object.
+    schema.UnknownAuthMethod({
+        "type": "env_var", "id": "api-key", "name": "API key",
+        "description": "Start the agent with an API key in its environment",
+        "vars": [{"name": API_KEY_VAR, "label": "Scenario API key", "secret": True}],
+    }),
+)
+"""The authentication methods offered with ``--require-auth``."""
 
 _ELICIT_SCHEMA = {
     "type": "object",
@@ -109,6 +139,7 @@ class _Session:
     title: str | None = None
     updated_at: str = field(default_factory=_now)
     history: list[tuple[str, str]] = field(default_factory=list)  # ("user" | "agent", text)
+    updater: SessionUpdater | None = None  # updates outside a turn (the ``late`` scenario)
 
 
 class _Turn:
@@ -137,10 +168,24 @@ class ScenarioAgent:
     and a turn only touches its own session.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, require_auth: bool = False) -> None:
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._sessions: dict[str, _Session] = {}
+        self.authenticated = not require_auth or bool(os.environ.get(API_KEY_VAR))
+
+    def authenticate(
+        self, request: schema.AuthenticateRequest, ctx: acp.AgentRequestContext
+    ) -> schema.AuthenticateResponse:
+        """``authenticate``: ``scenario-login`` always works; ``api-key`` needs the variable."""
+        if request.method_id == "api-key" and not os.environ.get(API_KEY_VAR):
+            raise RequestError(
+                AUTH_REQUIRED,
+                "The API key is missing",
+                {"reason": f"{API_KEY_VAR} is not set in the agent's environment", "missing": [API_KEY_VAR]},
+            )
+        self.authenticated = True
+        return schema.AuthenticateResponse()
 
     # ------------------------------------------------------------------ session lifecycle
 
@@ -148,9 +193,15 @@ class ScenarioAgent:
         self, request: schema.NewSessionRequest, ctx: acp.AgentRequestContext
     ) -> schema.NewSessionResponse:
         """``session/new``: a fresh session in ``request.cwd``."""
+        if not self.authenticated:
+            raise RequestError.auth_required({
+                "reason": "sign in first: call authenticate with one of the advertised authMethods",
+                "authMethods": [m.id if not isinstance(m, dict) else m["id"] for m in AUTH_METHODS],
+            })
         boolean = ctx.client_capabilities.supports_boolean_config_options()
         with self._lock:
             session = _Session(f"scenario-{next(self._ids)}", request.cwd, boolean_options=boolean)
+            session.updater = ctx.session(session.session_id)
             self._sessions[session.session_id] = session
         _log.debug("new session %s in %s", session.session_id, request.cwd)
         return schema.NewSessionResponse(
@@ -432,6 +483,22 @@ class ScenarioAgent:
             raise RequestError(INVALID_PARAMS, f"error: {rest!r} is not an error code") from None
         raise RequestError(code, f"Scenario error {code}", {"scenario": "error"})
 
+    def _late(self, turn: _Turn, rest: str) -> str:
+        updater = turn.session.updater
+        ctx = turn.ctx
+
+        def later() -> None:
+            deadline = time.monotonic() + 5.0
+            while not ctx.answered and time.monotonic() < deadline:
+                time.sleep(0.01)
+            time.sleep(0.2)  # after the client is back at its prompt
+            if updater is not None:
+                updater.send_message(f"late: {rest}\n")
+
+        threading.Thread(target=later, name="scenario-late", daemon=True).start()
+        turn.say("the rest comes after this turn\n")
+        return schema.StopReasons.END_TURN
+
     def _full(self, turn: _Turn, rest: str) -> str:
         ctx = turn.ctx
         caps = ctx.client_capabilities
@@ -517,6 +584,7 @@ _SCENARIOS: dict[str, Callable[[ScenarioAgent, _Turn, str], str]] = {
     "elicit": ScenarioAgent._elicit,
     "wait_for_cancel": ScenarioAgent._wait_for_cancel,
     "error": ScenarioAgent._error,
+    "late": ScenarioAgent._late,
     "full": ScenarioAgent._full,
 }
 
@@ -531,11 +599,15 @@ def _unknown_session(session_id: str) -> RequestError:
     return RequestError(RESOURCE_NOT_FOUND, f"Unknown session {session_id!r}", {"sessionId": session_id})
 
 
-def build_agent(cancel_grace_period: float | None = 30.0) -> acp.SyncAgent:
-    """The scenario agent, ready to serve (``.serve_stdio()``, ``.serve_in_process()``...)."""
-    agent = ScenarioAgent()
+def build_agent(cancel_grace_period: float | None = 30.0, *, require_auth: bool = False) -> acp.SyncAgent:
+    """The scenario agent, ready to serve (``.serve_stdio()``, ``.serve_in_process()``...);
+    ``require_auth``: see the module's docstring."""
+    agent = ScenarioAgent(require_auth)
+    builder = acp.SyncAgent.builder()
+    if require_auth:
+        builder.authenticate_handler(agent.authenticate).auth_methods(*AUTH_METHODS)
     return (
-        acp.SyncAgent.builder()
+        builder
         .agent_info(name="acp-scenario-agent", version=acp.__version__, title="Scenario agent")
         .new_session_handler(agent.new_session)
         .load_session_handler(agent.load_session)
@@ -553,8 +625,13 @@ def build_agent(cancel_grace_period: float | None = 30.0) -> acp.SyncAgent:
 
 def main() -> int:
     """Serve the scenario agent on stdin/stdout until the client goes away."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description="The scenario agent, over stdio.")
+    parser.add_argument("--require-auth", action="store_true", help="refuse sessions until authenticated")
+    args = parser.parse_args()
     logging.basicConfig(level=os.environ.get("ACP_LOG_LEVEL", "WARNING").upper(), stream=sys.stderr)
-    build_agent().serve_stdio()
+    build_agent(require_auth=args.require_auth).serve_stdio()
     return 0
 
 
