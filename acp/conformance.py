@@ -10,10 +10,26 @@ unknown union tag, a value the schema's leniency hints tolerate) is a warning. T
 advertises no ``fs``, ``terminal`` or ``elicitation`` capability, so the agent must never call
 those methods.
 
-Each check prints ``PASS`` / ``FAIL`` / ``WARN`` / ``SKIP``; the agent conforms when no check
-failed (warnings are reported, not fatal). Three agent processes are used: the main run, one for
-version negotiation with an unsupported version, and one for robustness (malformed input, stdin
-closed), so that a crash in one group does not hide the results of another.
+Every check has an id, a **tier** and a status:
+
+* tier ``required``: what every agent must do (the handshake, JSON-RPC, sessions with unique
+  ids, prompt turns, cancellation, the schema of every message);
+* tier ``capability:<name>``: what an agent must do once it advertises ``<name>`` in its
+  ``initialize`` answer (or, for ``modes`` and ``configOptions``, in its ``session/new``
+  answer): load with history replay, list with paging, resume, close (which must cancel a
+  running turn), delete, modes, config options, image/audio/embedded-context prompts,
+  additional directories, authenticate, logout. Not advertised: ``N/A``;
+* tier ``advisory``: robustness and the spec's SHOULDs (garbage input, a 3 MiB prompt, end of
+  input, deleting an unknown session, an invalid list cursor). A finding there is a ``WARN``,
+  never a ``FAIL``.
+
+Statuses: ``PASS``, ``FAIL``, ``WARN``, ``SKIP`` (nothing to look at, with the reason) and
+``N/A`` (the capability is not advertised). The agent is NOT CONFORMING iff a required or
+capability check failed. Three agent processes are used: the main run, one for version
+negotiation with an unsupported version, and one for robustness (malformed input, stdin
+closed), so that a crash in one group does not hide the results of another. Each failing or
+warning check keeps the wire lines of its exchange (:attr:`CheckResult.transcript`), which
+:meth:`Report.to_json` writes out.
 
 Use it from the command line (``acp check -- my-agent --stdio``) or from Python::
 
@@ -24,6 +40,7 @@ Use it from the command line (``acp check -- my-agent --stdio``) or from Python:
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import os
 import tempfile
@@ -44,11 +61,15 @@ from .transport.base import Transport
 if TYPE_CHECKING:
     from .client.settings import AgentSettings
 
-__all__ = ["run_checks", "CheckResult", "Report", "Status", "DEFAULT_TIMEOUT", "LARGE_PROMPT_BYTES"]
+__all__ = [
+    "run_checks", "CheckResult", "Report", "Status", "WireLine", "CHECKS", "TIERS",
+    "DEFAULT_TIMEOUT", "LARGE_PROMPT_BYTES", "EXIT_CONFORMING", "EXIT_NOT_CONFORMING", "EXIT_ERROR",
+]
 
 _log = logging.getLogger("acp.conformance")
 
-Status = Literal["PASS", "FAIL", "WARN", "SKIP"]
+Status = Literal["PASS", "FAIL", "WARN", "SKIP", "N/A"]
+STATUSES: tuple[Status, ...] = ("PASS", "FAIL", "WARN", "SKIP", "N/A")
 
 DEFAULT_TIMEOUT = 10.0
 """Seconds to wait for each answer (and for the agent to exit once stdin is closed)."""
@@ -56,58 +77,241 @@ DEFAULT_TIMEOUT = 10.0
 LARGE_PROMPT_BYTES = 3 * 1024 * 1024
 """Size of the text of the large-prompt check."""
 
+EXIT_CONFORMING = 0
+EXIT_NOT_CONFORMING = 1
+EXIT_ERROR = 2
+"""Exit statuses of ``acp check``: conforming, not conforming, could not check (usage error,
+agent not found, connection refused)."""
+
+DETAIL_LIMIT = 300
+"""A check's detail is cut (at a word boundary, with "…") beyond this many characters."""
+
+_LINE_LIMIT = 4000  # characters of one wire line kept in a transcript
+_TRANSCRIPT_LIMIT = 200  # wire lines kept per check
+
 UNSUPPORTED_VERSION = 99999
 _NO_SUCH_SESSION = "acp-check-no-such-session"
+_INVALID_CURSOR = "acp-check-invalid-cursor"
+_MAX_PAGES = 50
 _CHECKER_INFO = {"name": "acp-check", "version": "1"}
 _NO_CAPABILITIES: dict[str, Any] = {
     "fs": {"readTextFile": False, "writeTextFile": False},
     "terminal": False,
 }
 _FORBIDDEN_PREFIXES = ("fs/", "terminal/", "elicitation/")
+# 1x1 transparent PNG, and a 10 ms silent 8 kHz mono WAV: the smallest valid media.
+_PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
+_WAV = (
+    "UklGRnQAAABXQVZFZm10IBAAAAABAAEAQB8AAEAfAAABAAgAZGF0YVAAAACAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgA=="
+)
+
+REQUIRED = "required"
+ADVISORY = "advisory"
+
+CHECKS: dict[str, tuple[str, str]] = {
+    # id: (tier, what it checks)
+    "handshake.initialize": (REQUIRED, "initialize with protocol version 1 is answered with version 1"),
+    "handshake.unsupported_version": (REQUIRED, "an unsupported version is answered with one the agent supports, never echoed"),
+    "jsonrpc.ids_echoed": (REQUIRED, "string ids, id 0 and 2^53-1 are echoed exactly, once"),
+    "jsonrpc.unknown_method": (REQUIRED, "an unknown method (also `_`-prefixed) gets -32601"),
+    "jsonrpc.notifications_unanswered": (REQUIRED, "notifications, known or not, are never answered"),
+    "jsonrpc.usable_after_error": (REQUIRED, "the connection still works after error answers"),
+    "session.new": (REQUIRED, "session/new answers a session id"),
+    "session.unknown_session_prompt": (REQUIRED, "a prompt on an unknown session is an error, with no update for it"),
+    "prompt.basic": (REQUIRED, "a prompt is answered with a stop reason; no update follows the answer"),
+    "prompt.resource_link": (REQUIRED, "a prompt with a resource_link block (baseline content) is answered"),
+    "prompt.cancel": (REQUIRED, "session/cancel during a turn: answered `cancelled` (needs --cancel-prompt)"),
+    "prompt.no_updates_after_cancel": (REQUIRED, "no update after the cancelled turn's answer"),
+    "prompt.pipelined": (REQUIRED, "two prompts on two sessions sent back to back are both answered"),
+    "session.unique_ids": (REQUIRED, "every session/new of a connection answers a different session id"),
+    "capabilities.honest": (REQUIRED, "no fs/terminal/elicitation call, since the checker offers none"),
+    "session.updates_known_sessions": (REQUIRED, "every session/update names a session of this client"),
+    "jsonrpc.envelopes": (REQUIRED, "every message is JSON-RPC 2.0 and answers something the checker sent"),
+    "schema.valid": (REQUIRED, "every message the agent sent (answers included) matches the schema"),
+    "auth.authenticate": ("capability:auth", "authenticate with --auth-method ID (an advertised method) succeeds"),
+    "session.additional_directories": ("capability:additionalDirectories", "session/new with additionalDirectories answers a session"),
+    "prompt.image": ("capability:image", "a prompt with an image block is answered with a stop reason"),
+    "prompt.audio": ("capability:audio", "a prompt with an audio block is answered with a stop reason"),
+    "prompt.embedded_context": ("capability:embeddedContext", "a prompt with an embedded resource block is answered"),
+    "modes.set": ("capability:modes", "currentModeId is an available mode; session/set_mode to another one succeeds"),
+    "config.set": ("capability:configOptions", "options are valid (no boolean one unasked); setting a select answers the complete, updated set"),
+    "load.replay": ("capability:loadSession", "session/load replays the history as session/update before answering"),
+    "resume.no_replay": ("capability:resume", "session/resume answers without replaying; the session then takes a prompt"),
+    "list.sessions": ("capability:list", "session/list (cwd filter) lists the prompted sessions, only of that cwd"),
+    "list.paging": ("capability:list", "nextCursor pages end, and no session appears twice"),
+    "delete.removes": ("capability:delete", "session/delete succeeds and the session leaves session/list"),
+    "close.idle": ("capability:close", "session/close of an idle session succeeds"),
+    "close.cancels_turn": ("capability:close", "session/close during a turn cancels it: answered `cancelled` (needs --cancel-prompt)"),
+    "auth.logout": ("capability:logout", "logout succeeds"),
+    "prompt.large": (ADVISORY, "a 3 MiB prompt is answered (or refused with an error)"),
+    "list.invalid_cursor": (ADVISORY, "an invalid cursor is an error (SHOULD)"),
+    "session.delete_unknown": (ADVISORY, "deleting an unknown session succeeds silently (SHOULD)"),
+    "robust.garbage_line": (ADVISORY, "a line that is not JSON gets -32700 with id null; the agent lives on"),
+    "robust.invalid_request": (ADVISORY, "an invalid request gets -32600; the agent lives on"),
+    "robust.batch": (ADVISORY, "a JSON array (a batch) does not break the agent"),
+    "robust.stdin_closed": (ADVISORY, "the agent exits when its stdin is closed"),
+}
+"""Every check: its id, tier and a one-line description (docs/testing.md lists them)."""
+
+TIERS = (REQUIRED, "capability", ADVISORY)
+"""The tiers, in verdict order (``capability`` stands for every ``capability:<name>``)."""
+
+
+def tier_of(name: str) -> str:
+    """The tier of check ``name`` (checks outside :data:`CHECKS`, like ``spawn``, are required)."""
+    return CHECKS.get(name, (REQUIRED, ""))[0]
+
+
+def bounded(text: str, limit: int = DETAIL_LIMIT) -> str:
+    """``text`` cut to at most ``limit`` characters at a word boundary, ending with "…"."""
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    space = cut.rfind(" ")
+    if space > limit // 2:
+        cut = cut[:space]
+    return cut.rstrip(" ,;:.") + "…"
+
+
+@dataclass(frozen=True)
+class WireLine:
+    """One line of a check's exchange: ``direction`` ``"out"`` (the checker wrote it) or ``"in"``
+    (the agent wrote it), on connection ``peer``, ``t`` seconds after that connection opened."""
+
+    peer: str
+    direction: str
+    t: float
+    text: str
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"peer", "dir", "t", "msg"}`` (``"raw"`` instead of ``"msg"`` for a line that is not
+        JSON, or was cut)."""
+        entry: dict[str, Any] = {"peer": self.peer, "dir": self.direction, "t": self.t}
+        try:
+            entry["msg"] = json.loads(self.text)
+        except ValueError:
+            entry["raw"] = self.text
+        return entry
 
 
 @dataclass(frozen=True)
 class CheckResult:
-    """The outcome of one check."""
+    """The outcome of one check: ``name`` (its id), ``status``, ``detail``, ``tier`` and, when it
+    failed or warned, the ``transcript`` of its exchange."""
 
     name: str
     status: Status
     detail: str = ""
+    tier: str = REQUIRED
+    transcript: tuple[WireLine, ...] = ()
+
+    @property
+    def decides(self) -> bool:
+        """True when this result makes the agent NOT CONFORMING."""
+        return self.status == "FAIL" and self.tier != ADVISORY
+
+    def to_json(self) -> dict[str, Any]:
+        """The result as plain JSON (``id``, ``tier``, ``status``, ``detail``, ``transcript``)."""
+        return {
+            "id": self.name, "tier": self.tier, "status": self.status, "detail": self.detail,
+            "transcript": [line.to_json() for line in self.transcript],
+        }
 
 
 @dataclass
 class Report:
-    """Every check's result, in order, and the verdict."""
+    """Every check's result, in order, and the verdict. ``error``: why the agent could not be
+    checked at all (not found, connection refused), else None."""
 
     agent: str
     results: list[CheckResult] = field(default_factory=list)
+    error: str | None = None
 
     @property
     def conforming(self) -> bool:
-        """True when no check failed (warnings and skips are allowed)."""
-        return not any(r.status == "FAIL" for r in self.results)
+        """True when no required or capability check failed (advisory findings never decide)."""
+        return self.error is None and not any(r.decides for r in self.results)
 
-    def count(self, status: Status) -> int:
-        """How many checks ended with ``status``."""
-        return sum(1 for r in self.results if r.status == status)
+    @property
+    def exit_code(self) -> int:
+        """0 conforming, 1 not conforming, 2 when the agent could not be checked."""
+        if self.error is not None:
+            return EXIT_ERROR
+        return EXIT_CONFORMING if self.conforming else EXIT_NOT_CONFORMING
+
+    def count(self, status: Status, tier: str | None = None) -> int:
+        """How many checks ended with ``status`` (in ``tier``: ``"capability"`` for them all)."""
+        return sum(1 for r in self.results if r.status == status and _in_tier(r.tier, tier))
+
+    def tier_summary(self) -> str:
+        """``required: 14 pass, 1 fail; capability: ...; advisory: ...``, with the capabilities."""
+        parts = []
+        for tier in TIERS:
+            counts = ", ".join(
+                f"{self.count(s, tier)} {s.lower()}" for s in STATUSES if self.count(s, tier)
+            )
+            parts.append(f"{tier}: {counts or 'none'}")
+        run = sorted({r.tier.split(":", 1)[1] for r in self.results if r.tier.startswith("capability:") and r.status != "N/A"})
+        absent = sorted({r.tier.split(":", 1)[1] for r in self.results if r.tier.startswith("capability:")} - set(run))
+        text = "; ".join(parts)
+        if run:
+            text += f"\ncapabilities checked: {', '.join(run)}"
+        if absent:
+            text += f"\nnot advertised: {', '.join(absent)}"
+        return text
 
     def verdict(self) -> str:
         """The one-line verdict."""
-        counts = ", ".join(f"{self.count(s)} {s.lower()}" for s in ("PASS", "FAIL", "WARN", "SKIP"))
-        word = "CONFORMING" if self.conforming else "NOT CONFORMING"
-        return f"verdict: {word} ({counts})"
+        if self.error is not None:
+            return f"verdict: NOT CHECKED ({self.error})"
+        counts = ", ".join(f"{self.count(s)} {s.lower()}" for s in STATUSES)
+        if self.conforming:
+            return f"verdict: CONFORMING ({counts})"
+        failed = ", ".join(f"{r.name} [{r.tier}]" for r in self.results if r.decides)
+        return f"verdict: NOT CONFORMING ({counts}); failed: {failed}"
 
     def render(self) -> str:
-        """The whole report as text, one line per check, then the verdict."""
+        """The whole report as text, one line per check, the counts by tier, then the verdict."""
         lines = [format_result(r) for r in self.results]
+        lines.append(self.tier_summary())
         lines.append(self.verdict())
         return "\n".join(lines)
 
+    def to_json(self) -> dict[str, Any]:
+        """The machine-readable report: the verdict, counts by tier, and every check (failing and
+        warning ones with their wire transcript)."""
+        tiers: dict[str, dict[str, int]] = {}
+        for r in self.results:
+            row = tiers.setdefault(r.tier, dict.fromkeys(STATUSES, 0))
+            row[r.status] += 1
+        return {
+            "agent": self.agent,
+            "verdict": "NOT CHECKED" if self.error else "CONFORMING" if self.conforming else "NOT CONFORMING",
+            "conforming": self.conforming,
+            "exitCode": self.exit_code,
+            "error": self.error,
+            "counts": {s: self.count(s) for s in STATUSES},
+            "tiers": tiers,
+            "checks": [r.to_json() for r in self.results],
+        }
+
+    def write_json(self, path: str | os.PathLike[str]) -> None:
+        """Write :meth:`to_json` to ``path`` (UTF-8, indented)."""
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(self.to_json(), f, indent=2, ensure_ascii=False)
+            f.write("\n")
+
+
+def _in_tier(tier: str, wanted: str | None) -> bool:
+    if wanted is None:
+        return True
+    return tier == wanted or (wanted == "capability" and tier.startswith("capability:"))
+
 
 def format_result(result: CheckResult) -> str:
-    """``PASS  name  detail``, aligned."""
+    """``PASS  name  [tier]  detail``, aligned."""
     detail = f"  {result.detail}" if result.detail else ""
-    return f"{result.status:<4}  {result.name:<32}{detail}".rstrip()
+    return f"{result.status:<4}  {result.name:<32} {'[' + result.tier + ']':<34}{detail}".rstrip()
 
 
 # ------------------------------------------------------------------------------ schema checks
@@ -119,11 +323,11 @@ class _Validator:
 
     def __init__(self) -> None:
         self._strict: dict[Any, msgspec.json.Decoder[Any]] = {}
-        self.problems: list[tuple[Status, str]] = []
+        self.problems: list[tuple[Status, str, WireLine | None]] = []
         self.checked = 0
         self._lock = threading.Lock()
 
-    def check(self, what: str, raw: msgspec.Raw | bytes, tp: Any) -> Any:
+    def check(self, what: str, raw: msgspec.Raw | bytes, tp: Any, line: WireLine | None = None) -> Any:
         """Decode ``raw`` as ``tp``; record a problem if it does not fit. The value, or None."""
         data = bytes(raw) if raw else b"{}"
         if data == b"null":
@@ -141,16 +345,16 @@ class _Validator:
         try:
             value = schema.decoder(tp).decode(data)
         except (msgspec.ValidationError, msgspec.DecodeError, ValueError, TypeError) as exc:
-            self._record("FAIL", f"{what}: does not match the schema: {exc}")
+            self._record("FAIL", f"{what}: does not match the schema: {exc}", line)
             return None
         if strict_error is not None:
-            self._record("WARN", f"{what}: accepted only leniently: {strict_error}")
+            self._record("WARN", f"{what}: accepted only leniently: {strict_error}", line)
         return value
 
-    def _record(self, status: Status, text: str) -> None:
+    def _record(self, status: Status, text: str, line: WireLine | None = None) -> None:
         with self._lock:
-            if len(self.problems) < 50 and (status, text) not in self.problems:
-                self.problems.append((status, text))
+            if len(self.problems) < 50 and all((s, t) != (status, text) for s, t, _ in self.problems):
+                self.problems.append((status, text, line))
 
 
 # ------------------------------------------------------------------------------ the raw peer
@@ -182,9 +386,13 @@ class _Peer:
         self._write_lock = threading.Lock()
         self._cond = threading.Condition()
         self.inbound: list[_Inbound] = []
+        self.log: list[WireLine] = []  # every line both ways, for the checks' transcripts
+        self._opened = time.monotonic()
         self.sent_methods: dict[Any, str] = {}  # (type name, id) -> method, for result types
-        self.agent_requests: list[str] = []
-        self.stray: list[str] = []  # answers to nothing we asked, envelopes that are not JSON-RPC
+        self.agent_requests: list[tuple[str, WireLine]] = []
+        # answers to nothing we asked, envelopes that are not JSON-RPC
+        self.stray: list[tuple[str, WireLine | None]] = []
+        self.session_ids: list[str] = []  # every id session/new answered, in order
         self.eof = threading.Event()
         self._ids = itertools.count(1)
         self._reader = threading.Thread(target=self._read_loop, name=f"acp-check-{name}", daemon=True)
@@ -198,6 +406,7 @@ class _Peer:
 
     def write(self, data: bytes) -> bool:
         """Write raw bytes; False if the agent is gone."""
+        self._note("out", data)
         try:
             with self._write_lock:
                 self.transport.write(data)
@@ -225,6 +434,15 @@ class _Peer:
     def notify(self, method: str, params: Any) -> None:
         """Send a notification."""
         self.write(self._encoder.notification(method, params))
+
+    def _note(self, direction: str, data: bytes) -> WireLine:
+        text = data.rstrip(b"\r\n").decode("utf-8", "replace")
+        if len(text) > _LINE_LIMIT:
+            text = text[:_LINE_LIMIT] + f"… ({len(data)} bytes in all)"
+        line = WireLine(self.name, direction, round(time.monotonic() - self._opened, 3), text)
+        with self._cond:
+            self.log.append(line)
+        return line
 
     # ---- waiting
 
@@ -312,55 +530,56 @@ class _Peer:
 
     def _on_line(self, line: bytes | rpc.LineTooLong) -> None:
         msg: Any = line if isinstance(line, rpc.LineTooLong) else rpc.decode_line(line)
+        wire = self._note("in", line if isinstance(line, bytes) else f"<a line of {line.size} bytes>".encode())
         with self._cond:
             item = _Inbound(len(self.inbound), line if isinstance(line, bytes) else b"", msg)
             self.inbound.append(item)
             self._cond.notify_all()
         for one in _messages(item):
-            self._inspect(one)
+            self._inspect(one, wire)
 
-    def _inspect(self, msg: Any) -> None:
+    def _inspect(self, msg: Any, wire: WireLine) -> None:
         if isinstance(msg, rpc.LineTooLong):
-            self.stray.append(f"a line of {msg.size} bytes (over the 64 MiB cap)")
+            self.stray.append((f"a line of {msg.size} bytes (over the 64 MiB cap)", wire))
         elif isinstance(msg, rpc.Invalid):
-            self.stray.append(f"an invalid JSON-RPC message: {msg.reason}")
+            self.stray.append((f"an invalid JSON-RPC message: {msg.reason}", wire))
         elif isinstance(msg, rpc.Request):
-            self._on_agent_request(msg)
+            self._on_agent_request(msg, wire)
         elif isinstance(msg, rpc.Notification):
-            self._check_params(msg.method, msg.params, notification=True)
+            self._check_params(msg.method, msg.params, wire, notification=True)
         elif isinstance(msg, rpc.Response):
             with self._cond:
                 method = self.sent_methods.get(_key(msg.id))
             if method is None:
-                self.stray.append(f"an answer to id {msg.id!r}, which the checker never sent")
+                self.stray.append((f"an answer to id {msg.id!r}, which the checker never sent", wire))
                 return
             spec = schema.STABLE_AGENT_METHODS.get(method)
             if spec is not None and spec.result_type is not None:
-                self.validator.check(f"result of {method}", msg.result, spec.result_type)
+                self.validator.check(f"result of {method}", msg.result, spec.result_type, wire)
         elif isinstance(msg, rpc.ErrorResponse):
             with self._cond:
                 known = msg.id is None or _key(msg.id) in self.sent_methods
             if not known:
-                self.stray.append(f"an error answer to id {msg.id!r}, which the checker never sent")
+                self.stray.append((f"an error answer to id {msg.id!r}, which the checker never sent", wire))
 
-    def _check_params(self, method: str, params: msgspec.Raw, notification: bool) -> None:
+    def _check_params(self, method: str, params: msgspec.Raw, wire: WireLine, notification: bool) -> None:
         if method.startswith("_"):
             return  # extension methods carry free-form params
         spec = schema.STABLE_CLIENT_METHODS.get(method)
         if spec is None:
             spec = schema.CLIENT_METHODS.get(method)
         if spec is None:
-            self.validator._record("FAIL", f"the agent sent an unknown method {method!r}")
+            self.validator._record("FAIL", f"the agent sent an unknown method {method!r}", wire)
             return
         if spec.is_notification != notification:
             kind = "notification" if notification else "request"
-            self.validator._record("FAIL", f"{method} was sent as a {kind}")
-        self.validator.check(f"params of {method}", params, spec.params_type)
+            self.validator._record("FAIL", f"{method} was sent as a {kind}", wire)
+        self.validator.check(f"params of {method}", params, spec.params_type, wire)
 
-    def _on_agent_request(self, msg: rpc.Request) -> None:
+    def _on_agent_request(self, msg: rpc.Request, wire: WireLine) -> None:
         with self._cond:
-            self.agent_requests.append(msg.method)
-        self._check_params(msg.method, msg.params, notification=False)
+            self.agent_requests.append((msg.method, wire))
+        self._check_params(msg.method, msg.params, wire, notification=False)
         if msg.method == "session/request_permission":
             self.write(self._encoder.response(msg.id, {"outcome": {"outcome": "cancelled"}}))
         else:
@@ -406,16 +625,50 @@ def _session(answer: Any, session_id: str | None) -> str:
     return f"sessionId {session_id!r}" if session_id is not None else _describe(answer)
 
 
-def _describe(msg: Any) -> str:
+def _describe(msg: Any, limit: int = 120) -> str:
     if msg is None:
         return "no answer"
     if isinstance(msg, rpc.ErrorResponse):
-        return f"error {msg.error.code} {msg.error.message!r}"
-    text = bytes(msg.result).decode("utf-8", "replace")
-    return f"result {text[:120]}{'...' if len(text) > 120 else ''}"
+        return bounded(f"error {msg.error.code} {msg.error.message!r}", limit)
+    return bounded(f"result {bytes(msg.result).decode('utf-8', 'replace')}", limit)
+
+
+def _stop_reason(answer: Any) -> str | None:
+    result = _result(answer)
+    stop = result.get("stopReason") if isinstance(result, dict) else None
+    return stop if isinstance(stop, str) else None
+
+
+def _is_error(answer: Any, code: int) -> bool:
+    return isinstance(answer, rpc.ErrorResponse) and answer.error.code == code
 
 
 # ------------------------------------------------------------------------------ the checks
+
+
+def _update_kinds(session_id: str, items: Sequence[_Inbound]) -> list[str]:
+    """The ``sessionUpdate`` tags of the updates for ``session_id`` in ``items``."""
+    kinds = []
+    for item in items:
+        for msg in _messages(item):
+            if _update_session(msg) == session_id:
+                try:
+                    update = msgspec.json.decode(msg.params).get("update")
+                except (msgspec.DecodeError, AttributeError):
+                    update = None
+                kinds.append(str(update.get("sessionUpdate")) if isinstance(update, dict) else "?")
+    return kinds
+
+
+def _select_values(option: dict[str, Any]) -> list[str]:
+    """The values a ``select`` config option offers (flat or grouped)."""
+    values: list[str] = []
+    for entry in option.get("options") or ():
+        if isinstance(entry, dict) and isinstance(entry.get("value"), str):
+            values.append(entry["value"])
+        elif isinstance(entry, dict):
+            values.extend(o["value"] for o in entry.get("options") or () if isinstance(o, dict) and isinstance(o.get("value"), str))
+    return values
 
 
 class _Checker:
@@ -427,6 +680,7 @@ class _Checker:
         prompt: str,
         timeout: float,
         cwd: str,
+        auth_method: str | None,
         emit: Callable[[CheckResult], None],
     ) -> None:
         self.open_transport = open_transport
@@ -434,27 +688,65 @@ class _Checker:
         self.prompt_text = prompt
         self.timeout = timeout
         self.cwd = cwd
+        self.auth_method = auth_method
         self.emit = emit
         self.validator = _Validator()
         self.peers: list[_Peer] = []
         self.known_sessions: set[str] = set()
+        self.prompted: list[str] = []  # sessions with a successful turn, in order
+        self.deleted: set[str] = set()
         self.prompts = 0
+        self.caps: dict[str, Any] = {}  # agentCapabilities of the main run's initialize answer
+        self.auth_methods: list[str] = []
+        self._current: _Peer | None = None
+        self._marks: dict[str, int] = {}
 
-    def result(self, name: str, status: Status, detail: str = "") -> None:
-        self.emit(CheckResult(name, status, detail))
+    # ---- results
+
+    def result(
+        self, name: str, status: Status, detail: str = "", transcript: Sequence[WireLine] | None = None
+    ) -> None:
+        tier = tier_of(name)
+        if status == "FAIL" and tier == ADVISORY:
+            status = "WARN"  # advisory findings are reported, never decide the verdict
+        lines: tuple[WireLine, ...] = ()
+        peer = self._current
+        if transcript is not None:
+            lines = tuple(transcript)
+        elif peer is not None:
+            # This check's exchange: every line since the previous result on this connection.
+            with peer._cond:
+                start = self._marks.get(peer.name, 0)
+                lines = tuple(peer.log[start:])
+        if peer is not None and transcript is None:
+            self._marks[peer.name] = len(peer.log)
+        if status not in ("FAIL", "WARN"):
+            lines = ()
+        self.emit(CheckResult(name, status, bounded(detail), tier, lines[-_TRANSCRIPT_LIMIT:]))
 
     def ok(self, name: str, passed: bool, detail: str) -> bool:
         self.result(name, "PASS" if passed else "FAIL", detail)
         return passed
 
+    def not_advertised(self, name: str, what: str) -> None:
+        self.result(name, "N/A", f"not advertised ({what})")
+
     @contextmanager
     def peer(self, name: str) -> Iterator[_Peer]:
         peer = _Peer(self.open_transport(), self.validator, name)
         self.peers.append(peer)
+        self._current = peer
         try:
             yield peer
         finally:
+            self._current = None
             peer.close()
+
+    # ---- requests
+
+    def call(self, peer: _Peer, method: str, params: Any) -> Any:
+        """Send a request and wait for its answer (None: no answer in time)."""
+        return peer.answer(peer.request(method, params), self.timeout)
 
     def initialize(self, peer: _Peer, version: int = 1) -> Any:
         msg_id = peer.request(
@@ -463,21 +755,62 @@ class _Checker:
         )
         return peer.answer(msg_id, self.timeout)
 
-    def new_session(self, peer: _Peer, msg_id: rpc.RequestId | None = None) -> tuple[Any, str | None]:
-        msg_id = peer.request("session/new", {"cwd": self.cwd, "mcpServers": []}, msg_id)
+    def new_session(
+        self, peer: _Peer, msg_id: rpc.RequestId | None = None, **extra: Any
+    ) -> tuple[Any, str | None]:
+        msg_id = peer.request("session/new", {"cwd": self.cwd, "mcpServers": [], **extra}, msg_id)
         answer = peer.answer(msg_id, self.timeout)
         result = _result(answer)
         session_id = result.get("sessionId") if isinstance(result, dict) else None
         if isinstance(session_id, str) and session_id:
             self.known_sessions.add(session_id)
+            peer.session_ids.append(session_id)
             return answer, session_id
         return answer, None
 
-    def send_prompt(self, peer: _Peer, session_id: str, text: str) -> rpc.RequestId:
+    def send_prompt(self, peer: _Peer, session_id: str, text: str, *blocks: dict[str, Any]) -> rpc.RequestId:
         self.prompts += 1
         return peer.request(
-            "session/prompt", {"sessionId": session_id, "prompt": [{"type": "text", "text": text}]}
+            "session/prompt", {"sessionId": session_id, "prompt": [{"type": "text", "text": text}, *blocks]}
         )
+
+    def turn(self, peer: _Peer, session_id: str, text: str, *blocks: dict[str, Any]) -> Any:
+        """One prompt turn; its answer. A session whose turn ended well counts as prompted."""
+        answer = peer.answer(self.send_prompt(peer, session_id, text, *blocks), self.timeout)
+        if _stop_reason(answer) is not None and session_id not in self.prompted:
+            self.prompted.append(session_id)
+        return answer
+
+    def sync(self, peer: _Peer) -> None:
+        """Wait until the agent has handled everything sent so far (it answers an unknown method)."""
+        peer.answer(peer.request("acp_check/sync", {}), self.timeout)
+
+    def listed(self, peer: _Peer, cursor: str | None = None) -> tuple[list[Any], str | None, list[str]]:
+        """Every page of ``session/list`` for our cwd: (answers, problem or None, session ids)."""
+        answers: list[Any] = []
+        ids: list[str] = []
+        seen_cursors: set[str] = set()
+        while len(answers) < _MAX_PAGES:
+            params: dict[str, Any] = {"cwd": self.cwd}
+            if cursor is not None:
+                params["cursor"] = cursor
+            answer = self.call(peer, "session/list", params)
+            answers.append(answer)
+            result = _result(answer)
+            if not isinstance(result, dict) or not isinstance(result.get("sessions"), list):
+                return answers, f"page {len(answers)}: {_describe(answer)}", ids
+            for info in result["sessions"]:
+                if isinstance(info, dict) and isinstance(info.get("sessionId"), str):
+                    ids.append(info["sessionId"])
+                    if info.get("cwd") != self.cwd:
+                        return answers, f"{info['sessionId']!r} has cwd {info.get('cwd')!r}, not the filter's", ids
+            cursor = result.get("nextCursor")
+            if not isinstance(cursor, str):
+                return answers, None, ids
+            if cursor in seen_cursors:
+                return answers, f"nextCursor {cursor!r} came back on page {len(answers)}: the pages loop", ids
+            seen_cursors.add(cursor)
+        return answers, f"still a nextCursor after {_MAX_PAGES} pages", ids
 
     # ---- groups
 
@@ -500,9 +833,31 @@ class _Checker:
                 if answer is None:
                     self.result("main run", "FAIL", "the agent did not answer initialize: the remaining checks of this run are skipped")
                     return
+            if isinstance(result, dict):
+                caps = result.get("agentCapabilities")
+                self.caps = caps if isinstance(caps, dict) else {}
+                methods = result.get("authMethods")
+                self.auth_methods = [m["id"] for m in methods or () if isinstance(m, dict) and isinstance(m.get("id"), str)]
+            self.authenticate_check(peer)
             self.jsonrpc_checks(peer)
             self.session_checks(peer)
             self.prompt_checks(peer)
+            self.session_capability_checks(peer)
+            self.unique_ids_check(peer)
+            self.logout_check(peer)
+
+    def authenticate_check(self, peer: _Peer) -> None:
+        name = "auth.authenticate"
+        if self.auth_method is None:
+            if self.auth_methods:
+                self.result(name, "SKIP", f"the agent offers {', '.join(self.auth_methods)}: give --auth-method ID to use one")
+            else:
+                self.not_advertised(name, "no authMethods, and no --auth-method given")
+            return
+        answer = self.call(peer, "authenticate", {"methodId": self.auth_method})
+        advertised = self.auth_method in self.auth_methods
+        note = "" if advertised else f" ({self.auth_method!r} is not among the advertised authMethods {self.auth_methods})"
+        self.ok(name, isinstance(answer, rpc.Response) and advertised, f"authenticate {self.auth_method!r} -> {_describe(answer)}{note}")
 
     def jsonrpc_checks(self, peer: _Peer) -> None:
         # ids echoed exactly, whatever their type
@@ -519,10 +874,9 @@ class _Checker:
         details = []
         passed = True
         for method in ("acp_check/no_such_method", "_acp_check/no_such_method"):
-            answer = peer.answer(peer.request(method, {}), self.timeout)
-            good = isinstance(answer, rpc.ErrorResponse) and answer.error.code == METHOD_NOT_FOUND
-            passed = passed and good
-            details.append(f"{method} -> {_describe(answer)}")
+            answer = self.call(peer, method, {})
+            passed = passed and _is_error(answer, METHOD_NOT_FOUND)
+            details.append(f"{method} -> {_describe(answer, 60)}")
         self.ok("jsonrpc.unknown_method", passed, "; ".join(details))
 
         # notifications are never answered, known or not
@@ -550,7 +904,10 @@ class _Checker:
 
     def session_checks(self, peer: _Peer) -> None:
         answer, session_id = self.new_session(peer)
-        self.ok("session.new", session_id is not None, f"session/new -> {_session(answer, session_id)}")
+        hint = ""
+        if _is_error(answer, -32000) and self.auth_methods and self.auth_method is None:
+            hint = f" (authentication required: give --auth-method, one of {', '.join(self.auth_methods)})"
+        self.ok("session.new", session_id is not None, f"session/new -> {_session(answer, session_id)}{hint}")
         mark = peer.mark()
         answer = peer.answer(self.send_prompt(peer, _NO_SUCH_SESSION, "hello"), self.timeout)
         updates = peer.updates_for(_NO_SUCH_SESSION, peer.since(mark))
@@ -564,24 +921,58 @@ class _Checker:
     def prompt_checks(self, peer: _Peer) -> None:
         _, session_id = self.new_session(peer)
         if session_id is None:
-            for name in ("prompt.basic", "prompt.cancel", "prompt.pipelined", "prompt.large"):
-                self.result(name, "FAIL", "no session: session/new failed")
+            for name in ("prompt.basic", "prompt.resource_link", "prompt.image", "prompt.audio",
+                         "prompt.embedded_context", "prompt.cancel", "prompt.no_updates_after_cancel",
+                         "prompt.pipelined", "prompt.large"):
+                self.result(name, "SKIP", "no session: session/new failed")
             return
         # basic turn: answered with a stop reason, no update after the answer
-        answer = peer.answer(self.send_prompt(peer, session_id, self.prompt_text), self.timeout)
+        answer = self.turn(peer, session_id, self.prompt_text)
         after = peer.mark()
-        peer.answer(peer.request("acp_check/sync", {}), self.timeout)
+        self.sync(peer)
         late = peer.updates_for(session_id, peer.since(after))
-        result = _result(answer)
-        stop = result.get("stopReason") if isinstance(result, dict) else None
+        stop = _stop_reason(answer)
         self.ok(
             "prompt.basic",
-            isinstance(stop, str) and not late,
-            f"stopReason {stop!r}" if stop else _describe(answer) + (f"; {late} update(s) after the answer" if late else ""),
+            stop is not None and not late,
+            (f"stopReason {stop!r}" if stop else _describe(answer)) + (f"; {late} update(s) after the answer" if late else ""),
         )
+        self.content_checks(peer, session_id)
         self.cancel_check(peer)
         self.pipelined_check(peer)
         self.large_prompt_check(peer, session_id)
+
+    def content_checks(self, peer: _Peer, session_id: str) -> None:
+        link = {"type": "resource_link", "uri": f"file://{self.cwd}/README.md", "name": "README.md"}
+        answer = self.turn(peer, session_id, self.prompt_text, link)
+        stop = _stop_reason(answer)
+        self.ok("prompt.resource_link", stop is not None, f"text + resource_link -> {f'stopReason {stop!r}' if stop else _describe(answer)}")
+        prompt_caps = self.caps.get("promptCapabilities")
+        prompt_caps = prompt_caps if isinstance(prompt_caps, dict) else {}
+        blocks: dict[str, tuple[str, dict[str, Any]]] = {
+            "prompt.image": ("image", {"type": "image", "mimeType": "image/png", "data": _PNG}),
+            "prompt.audio": ("audio", {"type": "audio", "mimeType": "audio/wav", "data": _WAV}),
+            "prompt.embedded_context": ("embeddedContext", {
+                "type": "resource",
+                "resource": {"uri": f"file://{self.cwd}/notes.txt", "mimeType": "text/plain", "text": "Notes for the agent.\n"},
+            }),
+        }
+        for name, (cap, block) in blocks.items():
+            if prompt_caps.get(cap) is not True:
+                self.not_advertised(name, f"promptCapabilities.{cap}")
+                continue
+            answer = self.turn(peer, session_id, self.prompt_text, block)
+            stop = _stop_reason(answer)
+            self.ok(name, stop is not None, f"text + {block['type']} -> {f'stopReason {stop!r}' if stop else _describe(answer)}")
+
+    def busy_turn(self, peer: _Peer, session_id: str) -> tuple[rpc.RequestId, int]:
+        """Start a turn with the cancel prompt and wait until it visibly runs (its first update,
+        or a short while); its request id and the transcript mark before it."""
+        assert self.cancel_prompt is not None
+        mark = peer.mark()
+        msg_id = self.send_prompt(peer, session_id, self.cancel_prompt)
+        peer.wait_for(lambda: peer.updates_for(session_id, peer.since(mark)) > 0, min(self.timeout, 2.0))
+        return msg_id, mark
 
     def cancel_check(self, peer: _Peer) -> None:
         name = "prompt.cancel"
@@ -591,23 +982,23 @@ class _Checker:
             return
         _, session_id = self.new_session(peer)
         if session_id is None:
-            self.result(name, "FAIL", "no session: session/new failed")
+            self.result(name, "SKIP", "no session: session/new failed")
+            self.result("prompt.no_updates_after_cancel", "SKIP", "no session: session/new failed")
             return
-        mark = peer.mark()
-        msg_id = self.send_prompt(peer, session_id, self.cancel_prompt)
-        # Cancel once the turn visibly started (its first update), or after a short while.
-        peer.wait_for(lambda: peer.updates_for(session_id, peer.since(mark)) > 0, min(self.timeout, 2.0))
+        msg_id, _ = self.busy_turn(peer, session_id)
         peer.notify("session/cancel", {"sessionId": session_id})
         answer = peer.answer(msg_id, self.timeout)
-        result = _result(answer)
-        stop = result.get("stopReason") if isinstance(result, dict) else None
+        stop = _stop_reason(answer)
         self.ok(name, stop == "cancelled", f"after session/cancel: stopReason {stop!r}" if stop else _describe(answer))
+        if answer is None:
+            self.result("prompt.no_updates_after_cancel", "SKIP", "the cancelled turn was never answered")
+            return
         after = peer.mark()
-        peer.answer(peer.request("acp_check/sync", {}), self.timeout)
+        self.sync(peer)
         late = peer.updates_for(session_id, peer.since(after))
         self.ok(
             "prompt.no_updates_after_cancel",
-            answer is not None and not late,
+            not late,
             f"{late} update(s) after the cancelled turn was answered" if late else "none after the answer",
         )
 
@@ -615,14 +1006,14 @@ class _Checker:
         _, first = self.new_session(peer)
         _, second = self.new_session(peer)
         if first is None or second is None:
-            self.result("prompt.pipelined", "FAIL", "session/new failed")
+            self.result("prompt.pipelined", "SKIP", "no sessions: session/new failed")
             return
         ids = [self.send_prompt(peer, first, self.prompt_text), self.send_prompt(peer, second, self.prompt_text)]
         answers = [peer.answer(i, self.timeout) for i in ids]
         self.ok(
             "prompt.pipelined",
             all(isinstance(a, rpc.Response) for a in answers),
-            "two prompts on two sessions sent back to back: " + ", ".join(_describe(a)[:40] for a in answers),
+            "two prompts on two sessions sent back to back: " + ", ".join(_describe(a, 40) for a in answers),
         )
 
     def large_prompt_check(self, peer: _Peer, session_id: str) -> None:
@@ -634,9 +1025,277 @@ class _Checker:
         if isinstance(answer, rpc.Response):
             self.result("prompt.large", "PASS", f"{size} answered in {took:.1f}s")
         elif isinstance(answer, rpc.ErrorResponse):
-            self.result("prompt.large", "WARN", f"{size} refused: {_describe(answer)}")
+            self.result("prompt.large", "PASS", f"{size} refused with an error: {_describe(answer)}")
         else:
             self.result("prompt.large", "FAIL", f"{size}: no answer within {self.timeout * 3:.0f}s")
+
+    # ---- advertised capabilities
+
+    def session_capability_checks(self, peer: _Peer) -> None:
+        session_caps = self.caps.get("sessionCapabilities")
+        session_caps = session_caps if isinstance(session_caps, dict) else {}
+
+        def has(name: str) -> bool:
+            return isinstance(session_caps.get(name), dict)
+
+        self.additional_directories_check(peer, has("additionalDirectories"))
+        self.modes_and_config_checks(peer)
+        self.load_check(peer, self.caps.get("loadSession") is True)
+        self.resume_check(peer, has("resume"))
+        self.list_checks(peer, has("list"))
+        self.delete_checks(peer, has("delete"), has("list"))
+        self.close_checks(peer, has("close"))
+
+    def additional_directories_check(self, peer: _Peer, advertised: bool) -> None:
+        name = "session.additional_directories"
+        if not advertised:
+            self.not_advertised(name, "sessionCapabilities.additionalDirectories")
+            return
+        with tempfile.TemporaryDirectory(prefix="acp-check-extra-") as extra:
+            answer, session_id = self.new_session(peer, additionalDirectories=[os.path.realpath(extra)])
+        self.ok(name, session_id is not None, f"session/new with one additional directory -> {_session(answer, session_id)}")
+
+    def modes_and_config_checks(self, peer: _Peer) -> None:
+        answer, session_id = self.new_session(peer)
+        result = _result(answer)
+        if session_id is None or not isinstance(result, dict):
+            self.result("modes.set", "SKIP", "no session: session/new failed")
+            self.result("config.set", "SKIP", "no session: session/new failed")
+            return
+        self.modes_check(peer, session_id, result.get("modes"))
+        self.config_check(peer, session_id, result.get("configOptions"))
+
+    def modes_check(self, peer: _Peer, session_id: str, modes: Any) -> None:
+        name = "modes.set"
+        if not isinstance(modes, dict):
+            self.not_advertised(name, "no modes in the session/new answer")
+            return
+        available = [m.get("id") for m in modes.get("availableModes") or () if isinstance(m, dict)]
+        current = modes.get("currentModeId")
+        if current not in available:
+            self.result(name, "FAIL", f"currentModeId {current!r} is not among availableModes {available}")
+            return
+        target = next((m for m in available if m != current), current)
+        answer = self.call(peer, "session/set_mode", {"sessionId": session_id, "modeId": target})
+        self.ok(name, isinstance(answer, rpc.Response), f"session/set_mode {current!r} -> {target!r}: {_describe(answer)}")
+
+    def config_check(self, peer: _Peer, session_id: str, options: Any) -> None:
+        name = "config.set"
+        if not isinstance(options, list) or not options:
+            self.not_advertised(name, "no configOptions in the session/new answer")
+            return
+        options = [o for o in options if isinstance(o, dict)]
+        booleans = [o.get("id") for o in options if o.get("type") == "boolean"]
+        if booleans:
+            self.result(name, "FAIL", f"boolean option(s) {booleans} sent although the client did not advertise session.configOptions.boolean")
+            return
+        bad = [o.get("id") for o in options if o.get("type") == "select" and o.get("currentValue") not in _select_values(o)]
+        if bad:
+            self.result(name, "FAIL", f"select option(s) {bad} have a currentValue that is not one of their values")
+            return
+        option = next((o for o in options if o.get("type") == "select" and len(_select_values(o)) >= 2), None)
+        if option is None:
+            self.result(name, "SKIP", f"{len(options)} option(s), none a select with two values to switch between")
+            return
+        value = next(v for v in _select_values(option) if v != option.get("currentValue"))
+        answer = self.call(peer, "session/set_config_option", {"sessionId": session_id, "configId": option["id"], "value": value})
+        result = _result(answer)
+        now = result.get("configOptions") if isinstance(result, dict) else None
+        ids = [o.get("id") for o in now or () if isinstance(o, dict)]
+        changed = next((o for o in now or () if isinstance(o, dict) and o.get("id") == option["id"]), None)
+        what = f"{option['id']!r} -> {value!r}"
+        if not isinstance(now, list):
+            self.result(name, "FAIL", f"{what}: {_describe(answer)} (must answer configOptions)")
+        elif set(ids) != {o.get("id") for o in options}:
+            self.result(name, "FAIL", f"{what}: answered options {ids}, not the complete set {[o.get('id') for o in options]}")
+        elif changed is None or changed.get("currentValue") != value:
+            self.result(name, "FAIL", f"{what}: the answer still shows {changed.get('currentValue') if changed else None!r}")
+        else:
+            self.result(name, "PASS", f"{what}: the complete set ({len(ids)}) answered, with the new value")
+
+    def history_session(self, peer: _Peer) -> str | None:
+        """A fresh session with one finished turn (so it has a history), or None."""
+        _, session_id = self.new_session(peer)
+        if session_id is None:
+            return None
+        answer = self.turn(peer, session_id, self.prompt_text)
+        return session_id if _stop_reason(answer) is not None else None
+
+    def load_check(self, peer: _Peer, advertised: bool) -> None:
+        name = "load.replay"
+        if not advertised:
+            self.not_advertised(name, "loadSession")
+            return
+        session_id = self.history_session(peer)
+        if session_id is None:
+            self.result(name, "SKIP", "could not make a session with a finished turn to load")
+            return
+        mark = peer.mark()
+        msg_id = peer.request("session/load", {"sessionId": session_id, "cwd": self.cwd, "mcpServers": []})
+        answer = peer.answer(msg_id, self.timeout)
+        kinds = _update_kinds(session_id, peer.since(mark)[: self._answer_index(peer, mark, msg_id)])
+        after_mark = peer.mark()
+        self.sync(peer)
+        late = peer.updates_for(session_id, peer.since(after_mark))
+        if not isinstance(answer, rpc.Response):
+            self.result(name, "FAIL", f"session/load -> {_describe(answer)}")
+        elif not kinds:
+            self.result(name, "FAIL", "answered without replaying the history (no session/update before the answer)")
+        elif late:
+            self.result(name, "FAIL", f"{late} update(s) of the replay came after the answer")
+        else:
+            turn = self.turn(peer, session_id, self.prompt_text)
+            stop = _stop_reason(turn)
+            self.ok(name, stop is not None, f"{len(kinds)} update(s) replayed ({', '.join(sorted(set(kinds)))}) before the answer; "
+                    + (f"a prompt after it: stopReason {stop!r}" if stop else f"a prompt after it -> {_describe(turn)}"))
+
+    def _answer_index(self, peer: _Peer, mark: int, msg_id: rpc.RequestId) -> int:
+        """How many inbound items after ``mark`` came before the answer to ``msg_id``."""
+        for index, item in enumerate(peer.since(mark)):
+            if any(isinstance(m, (rpc.Response, rpc.ErrorResponse)) and _same_id(m.id, msg_id) for m in _messages(item)):
+                return index
+        return len(peer.since(mark))
+
+    def resume_check(self, peer: _Peer, advertised: bool) -> None:
+        name = "resume.no_replay"
+        if not advertised:
+            self.not_advertised(name, "sessionCapabilities.resume")
+            return
+        session_id = self.history_session(peer)
+        if session_id is None:
+            self.result(name, "SKIP", "could not make a session with a finished turn to resume")
+            return
+        mark = peer.mark()
+        msg_id = peer.request("session/resume", {"sessionId": session_id, "cwd": self.cwd, "mcpServers": []})
+        answer = peer.answer(msg_id, self.timeout)
+        replayed = len(_update_kinds(session_id, peer.since(mark)[: self._answer_index(peer, mark, msg_id)]))
+        if not isinstance(answer, rpc.Response):
+            self.result(name, "FAIL", f"session/resume -> {_describe(answer)}")
+        elif replayed:
+            self.result(name, "FAIL", f"{replayed} update(s) for the session before the answer: resume must not replay")
+        else:
+            turn = self.turn(peer, session_id, self.prompt_text)
+            stop = _stop_reason(turn)
+            self.ok(name, stop is not None, "answered with no replay; "
+                    + (f"a prompt after it: stopReason {stop!r}" if stop else f"a prompt after it -> {_describe(turn)}"))
+
+    def list_checks(self, peer: _Peer, advertised: bool) -> None:
+        if not advertised:
+            for name in ("list.sessions", "list.paging", "list.invalid_cursor"):
+                self.not_advertised(name, "sessionCapabilities.list")
+            return
+        answers, problem, ids = self.listed(peer)
+        expected = [s for s in self.prompted if s not in self.deleted]
+        missing = [s for s in expected if s not in ids]
+        pages = len(answers)
+        if problem is not None and not isinstance(_result(answers[-1]), dict):
+            self.result("list.sessions", "FAIL", f"session/list: {problem}")
+            self.result("list.paging", "SKIP", "session/list failed")
+        else:
+            cwd_problem = problem if problem is not None and "cwd" in problem else None
+            if cwd_problem:
+                self.result("list.sessions", "FAIL", cwd_problem)
+            elif missing and problem is not None:
+                self.result("list.sessions", "SKIP", f"could not read every page (see list.paging); {len(missing)} prompted session(s) not seen")
+            elif missing:
+                self.result("list.sessions", "FAIL", f"{len(missing)} of the {len(expected)} prompted sessions missing, e.g. {missing[0]!r}")
+            elif not expected:
+                self.result("list.sessions", "SKIP", "no session had a finished turn, so none has to be listed")
+            else:
+                self.result("list.sessions", "PASS", f"all {len(expected)} prompted sessions listed ({len(ids)} in all, cwd filter kept)")
+            duplicates = sorted({s for s in ids if ids.count(s) > 1})
+            if problem is not None and cwd_problem is None:
+                self.result("list.paging", "FAIL", problem)
+            elif duplicates:
+                self.result("list.paging", "FAIL", f"{len(duplicates)} session(s) listed twice across {pages} pages, e.g. {duplicates[0]!r}")
+            elif pages == 1:
+                self.result("list.paging", "SKIP", f"one page of {len(ids)} session(s), no nextCursor: paging not exercised")
+            else:
+                self.result("list.paging", "PASS", f"{pages} pages, {len(ids)} sessions, each once, and an end")
+        answer = self.call(peer, "session/list", {"cwd": self.cwd, "cursor": _INVALID_CURSOR})
+        self.ok("list.invalid_cursor", isinstance(answer, rpc.ErrorResponse), f"cursor {_INVALID_CURSOR!r} -> {_describe(answer)}")
+
+    def delete_checks(self, peer: _Peer, advertised: bool, can_list: bool) -> None:
+        if not advertised:
+            self.not_advertised("delete.removes", "sessionCapabilities.delete")
+            self.not_advertised("session.delete_unknown", "sessionCapabilities.delete")
+            return
+        session_id = self.history_session(peer)
+        if session_id is None:
+            self.result("delete.removes", "SKIP", "could not make a session with a finished turn to delete")
+        else:
+            answer = self.call(peer, "session/delete", {"sessionId": session_id})
+            if not isinstance(answer, rpc.Response):
+                self.result("delete.removes", "FAIL", f"session/delete -> {_describe(answer)}")
+            else:
+                self.deleted.add(session_id)
+                if not can_list:
+                    self.result("delete.removes", "PASS", "session/delete answered (no session/list to look it up in)")
+                else:
+                    _, problem, ids = self.listed(peer)
+                    if session_id in ids:
+                        self.result("delete.removes", "FAIL", f"{session_id!r} is still in session/list after session/delete")
+                    elif problem is not None:
+                        self.result("delete.removes", "PASS", f"answered; gone from the pages of session/list that could be read ({problem})")
+                    else:
+                        self.result("delete.removes", "PASS", "answered, and gone from session/list")
+        answer = self.call(peer, "session/delete", {"sessionId": _NO_SUCH_SESSION})
+        self.ok("session.delete_unknown", isinstance(answer, rpc.Response), f"an unknown session -> {_describe(answer)}")
+
+    def close_checks(self, peer: _Peer, advertised: bool) -> None:
+        if not advertised:
+            self.not_advertised("close.idle", "sessionCapabilities.close")
+            self.not_advertised("close.cancels_turn", "sessionCapabilities.close")
+            return
+        _, session_id = self.new_session(peer)
+        if session_id is None:
+            self.result("close.idle", "SKIP", "no session: session/new failed")
+        else:
+            answer = self.call(peer, "session/close", {"sessionId": session_id})
+            self.ok("close.idle", isinstance(answer, rpc.Response), f"an idle session -> {_describe(answer)}")
+        name = "close.cancels_turn"
+        if self.cancel_prompt is None:
+            self.result(name, "SKIP", "give --cancel-prompt TEXT (a prompt that keeps the agent busy)")
+            return
+        _, session_id = self.new_session(peer)
+        if session_id is None:
+            self.result(name, "SKIP", "no session: session/new failed")
+            return
+        prompt_id, _ = self.busy_turn(peer, session_id)
+        close_id = peer.request("session/close", {"sessionId": session_id})
+        turn = peer.answer(prompt_id, self.timeout)
+        closed = peer.answer(close_id, self.timeout)
+        stop = _stop_reason(turn)
+        if turn is None:
+            self.result(name, "FAIL", f"the turn was still running {self.timeout:.0f}s after session/close "
+                        f"(close -> {_describe(closed, 60)}): close must cancel it like session/cancel")
+            peer.notify("session/cancel", {"sessionId": session_id})  # end it, for the checks after this one
+            peer.answer(prompt_id, self.timeout)
+        elif stop != "cancelled":
+            self.result(name, "FAIL", f"the turn ended {f'with stopReason {stop!r}' if stop else _describe(turn, 60)}, not 'cancelled'")
+        else:
+            self.ok(name, isinstance(closed, rpc.Response), f"turn answered 'cancelled'; close -> {_describe(closed, 60)}")
+
+    def unique_ids_check(self, peer: _Peer) -> None:
+        ids = peer.session_ids
+        repeated = sorted({s for s in ids if ids.count(s) > 1})
+        if len(ids) < 2:
+            self.result("session.unique_ids", "SKIP", f"{len(ids)} session(s) created: nothing to compare")
+        else:
+            self.ok("session.unique_ids", not repeated,
+                    f"{len(repeated)} id(s) answered more than once, e.g. {repeated[0]!r} ({ids.count(repeated[0])} times)"
+                    if repeated else f"{len(ids)} sessions, {len(ids)} different ids",
+                    )
+
+    def logout_check(self, peer: _Peer) -> None:
+        auth = self.caps.get("auth")
+        if not (isinstance(auth, dict) and isinstance(auth.get("logout"), dict)):
+            self.not_advertised("auth.logout", "auth.logout")
+            return
+        answer = self.call(peer, "logout", {})
+        self.ok("auth.logout", isinstance(answer, rpc.Response), f"logout -> {_describe(answer)}")
+
+    # ---- the other runs
 
     def version_run(self) -> None:
         with self.peer("version") as peer:
@@ -685,7 +1344,7 @@ class _Checker:
             alive = peer.alive(self.timeout)
             if not alive:
                 self.result("robust.invalid_request", "FAIL", "the agent stopped answering")
-            elif isinstance(answer, rpc.ErrorResponse) and answer.error.code == -32600:
+            elif _is_error(answer, -32600):
                 self.result("robust.invalid_request", "PASS", "method 5 -> -32600; still alive")
             else:
                 self.result("robust.invalid_request", "WARN", f"method 5 -> {_describe(answer)} (expected -32600); still alive")
@@ -713,40 +1372,52 @@ class _Checker:
             )
 
     def final_checks(self) -> None:
-        requests = [m for p in self.peers for m in p.agent_requests]
-        forbidden = sorted({m for m in requests if m.startswith(_FORBIDDEN_PREFIXES)})
-        self.ok(
-            "capabilities.honest",
-            not forbidden,
-            f"called {', '.join(forbidden)} although the client offered none" if forbidden
-            else f"no fs/terminal/elicitation call over {self.prompts} prompts (none were offered)",
-        )
-        unknown = sorted({
-            s for p in self.peers for item in p.since(0) for m in _messages(item)
-            if (s := _update_session(m)) is not None and s not in self.known_sessions
-        })
-        self.ok(
-            "session.updates_known_sessions",
-            not unknown,
-            f"session/update for unknown session(s) {unknown}" if unknown else "every session/update names a session of this client",
-        )
-        stray = [s for p in self.peers for s in p.stray]
-        self.ok(
-            "jsonrpc.envelopes",
-            not stray,
-            "; ".join(stray[:3]) + (f" (+{len(stray) - 3} more)" if len(stray) > 3 else "") if stray
-            else "every message was valid JSON-RPC 2.0 and answered something the checker sent",
-        )
-        problems = self.validator.problems
-        fails = [text for status, text in problems if status == "FAIL"]
-        warns = [text for status, text in problems if status == "WARN"]
-        total = sum(len(p.since(0)) for p in self.peers)
-        if fails:
-            self.result("schema.valid", "FAIL", f"{len(fails)} invalid: " + " | ".join(fails[:3]))
-        elif warns:
-            self.result("schema.valid", "WARN", f"{len(warns)} accepted only leniently: " + " | ".join(warns[:3]))
+        requests = [(m, line) for p in self.peers for m, line in p.agent_requests]
+        forbidden = sorted({m for m, _ in requests if m.startswith(_FORBIDDEN_PREFIXES)})
+        if forbidden:
+            lines = [line for m, line in requests if m.startswith(_FORBIDDEN_PREFIXES)]
+            self.result("capabilities.honest", "FAIL", f"called {', '.join(forbidden)} although the client offered none", lines)
+        elif self.prompts == 0:
+            self.result("capabilities.honest", "SKIP", "no prompt turn ran", [])
         else:
-            self.result("schema.valid", "PASS", f"{total} messages, {self.validator.checked} payloads decoded strictly")
+            self.result("capabilities.honest", "PASS", f"no fs/terminal/elicitation call over {self.prompts} prompts (none were offered)", [])
+        updates = [
+            (s, p.log) for p in self.peers for item in p.since(0) for m in _messages(item)
+            if (s := _update_session(m)) is not None
+        ]
+        unknown = sorted({s for s, _ in updates if s not in self.known_sessions})
+        if unknown:
+            self.result("session.updates_known_sessions", "FAIL", f"session/update for unknown session(s) {unknown}",
+                        [line for p in self.peers for line in p.log if line.direction == "in" and any(f'"{u}"' in line.text for u in unknown)])
+        elif not updates:
+            self.result("session.updates_known_sessions", "SKIP", "the agent sent no session/update", [])
+        else:
+            self.result("session.updates_known_sessions", "PASS", f"all {len(updates)} session/update name a session of this client", [])
+        stray = [s for p in self.peers for s in p.stray]
+        total = sum(len(p.since(0)) for p in self.peers)
+        if stray:
+            self.result(
+                "jsonrpc.envelopes", "FAIL",
+                "; ".join(text for text, _ in stray[:3]) + (f" (+{len(stray) - 3} more)" if len(stray) > 3 else ""),
+                [line for _, line in stray if line is not None],
+            )
+        elif total == 0:
+            self.result("jsonrpc.envelopes", "SKIP", "the agent sent no message", [])
+        else:
+            self.result("jsonrpc.envelopes", "PASS", f"all {total} messages were JSON-RPC 2.0 and answered something the checker sent", [])
+        problems = self.validator.problems
+        fails = [(text, line) for status, text, line in problems if status == "FAIL"]
+        warns = [(text, line) for status, text, line in problems if status == "WARN"]
+        if fails:
+            self.result("schema.valid", "FAIL", f"{len(fails)} invalid: " + " | ".join(t for t, _ in fails[:3]),
+                        [line for _, line in fails if line is not None])
+        elif warns:
+            self.result("schema.valid", "WARN", f"{len(warns)} accepted only leniently: " + " | ".join(t for t, _ in warns[:3]),
+                        [line for _, line in warns if line is not None])
+        elif total == 0:
+            self.result("schema.valid", "SKIP", "the agent sent no message", [])
+        else:
+            self.result("schema.valid", "PASS", f"{total} messages, {self.validator.checked} payloads decoded strictly", [])
 
 
 def run_checks(
@@ -756,6 +1427,7 @@ def run_checks(
     prompt: str = "hello",
     timeout: float = DEFAULT_TIMEOUT,
     cwd: str | None = None,
+    auth_method: str | None = None,
     out: IO[str] | None = None,
 ) -> Report:
     """Check the agent started by ``argv``; returns the :class:`Report`.
@@ -764,10 +1436,11 @@ def run_checks(
     its ``cwd``) or its URL (a remote agent, opened once per run of checks; ``robust.stdin_closed``
     is then skipped).
 
-    ``cancel_prompt``: a prompt that keeps the agent busy, for the cancellation checks (skipped
-    without it). ``prompt``: the text of ordinary prompts. ``timeout``: seconds to wait for each
-    answer. ``cwd``: the session folder (default: a temporary one). ``out``: where to print each
-    result as it comes (None: print nothing).
+    ``cancel_prompt``: a prompt that keeps the agent busy, for the cancellation checks
+    (``prompt.cancel``, ``close.cancels_turn``; skipped without it). ``prompt``: the text of
+    ordinary prompts. ``timeout``: seconds to wait for each answer. ``cwd``: the session folder
+    (default: a temporary one). ``auth_method``: send ``authenticate`` with this method id right
+    after ``initialize``. ``out``: where to print each result as it comes (None: print nothing).
     """
     import shlex
 
@@ -796,12 +1469,15 @@ def run_checks(
             prompt=prompt,
             timeout=timeout,
             cwd=os.path.abspath(cwd) if cwd is not None else os.path.realpath(tmp),
+            auth_method=auth_method,
             emit=emit,
         )
         try:
             checker.run()
         except FileNotFoundError as exc:
-            emit(CheckResult("spawn", "FAIL", str(exc)))
+            report.error = str(exc)
+            emit(CheckResult("spawn", "FAIL", bounded(str(exc))))
         except ConnectionClosedError as exc:  # RemoteConnectionError: unreachable, refused
-            emit(CheckResult("connect", "FAIL", str(exc)))
+            report.error = str(exc)
+            emit(CheckResult("connect", "FAIL", bounded(str(exc))))
     return report
