@@ -613,6 +613,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     chat = sub.add_parser(
         "chat",
+        usage="acp chat [options] [--url URL | -- AGENT COMMAND...]",
         help="chat with an agent: acp chat [options] [--url URL | -- AGENT COMMAND...] (default: the echo agent)",
         description="An interactive client for any ACP agent. " + env_note
         + " Without any of them: the bundled echo agent.",

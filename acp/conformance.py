@@ -671,6 +671,31 @@ def _select_values(option: dict[str, Any]) -> list[str]:
     return values
 
 
+def _session_new_exchanges(peer: _Peer, session_id: str) -> list[WireLine]:
+    """The session/new requests whose answer carried ``session_id``, and those answers."""
+    answered: list[tuple[Any, WireLine]] = []
+    for line in list(peer.log):
+        try:
+            msg = json.loads(line.text)
+        except ValueError:
+            continue
+        result = msg.get("result") if isinstance(msg, dict) else None
+        if line.direction == "in" and isinstance(result, dict) and result.get("sessionId") == session_id:
+            answered.append((msg.get("id"), line))
+    ids = {json.dumps(msg_id) for msg_id, _ in answered}
+    lines = []
+    for line in list(peer.log):
+        if line.direction == "out" and '"session/new"' in line.text:
+            try:
+                if json.dumps(json.loads(line.text).get("id")) in ids:
+                    lines.append(line)
+            except ValueError:
+                continue
+        elif any(line is answer for _, answer in answered):
+            lines.append(line)
+    return lines
+
+
 class _Checker:
     def __init__(
         self,
@@ -704,7 +729,8 @@ class _Checker:
     # ---- results
 
     def result(
-        self, name: str, status: Status, detail: str = "", transcript: Sequence[WireLine] | None = None
+        self, name: str, status: Status, detail: str = "", transcript: Sequence[WireLine] | None = None,
+        since: int | None = None,
     ) -> None:
         tier = tier_of(name)
         if status == "FAIL" and tier == ADVISORY:
@@ -716,13 +742,19 @@ class _Checker:
         elif peer is not None:
             # This check's exchange: every line since the previous result on this connection.
             with peer._cond:
-                start = self._marks.get(peer.name, 0)
+                start = self._marks.get(peer.name, 0) if since is None else since
                 lines = tuple(peer.log[start:])
         if peer is not None and transcript is None:
             self._marks[peer.name] = len(peer.log)
         if status not in ("FAIL", "WARN"):
             lines = ()
         self.emit(CheckResult(name, status, bounded(detail), tier, lines[-_TRANSCRIPT_LIMIT:]))
+
+    def log_mark(self, peer: _Peer) -> int:
+        """The position in ``peer``'s wire log now: ``result(since=...)`` lets several results
+        share the exchange that began there."""
+        with peer._cond:
+            return len(peer.log)
 
     def ok(self, name: str, passed: bool, detail: str) -> bool:
         self.result(name, "PASS" if passed else "FAIL", detail)
@@ -1184,6 +1216,7 @@ class _Checker:
             for name in ("list.sessions", "list.paging", "list.invalid_cursor"):
                 self.not_advertised(name, "sessionCapabilities.list")
             return
+        start = self.log_mark(peer)
         answers, problem, ids = self.listed(peer)
         expected = [s for s in self.prompted if s not in self.deleted]
         missing = [s for s in expected if s not in ids]
@@ -1205,9 +1238,9 @@ class _Checker:
                 self.result("list.sessions", "PASS", f"all {len(expected)} prompted sessions listed ({len(ids)} in all, cwd filter kept)")
             duplicates = sorted({s for s in ids if ids.count(s) > 1})
             if problem is not None and cwd_problem is None:
-                self.result("list.paging", "FAIL", problem)
+                self.result("list.paging", "FAIL", problem, since=start)
             elif duplicates:
-                self.result("list.paging", "FAIL", f"{len(duplicates)} session(s) listed twice across {pages} pages, e.g. {duplicates[0]!r}")
+                self.result("list.paging", "FAIL", f"{len(duplicates)} session(s) listed twice across {pages} pages, e.g. {duplicates[0]!r}", since=start)
             elif pages == 1:
                 self.result("list.paging", "SKIP", f"one page of {len(ids)} session(s), no nextCursor: paging not exercised")
             else:
@@ -1281,11 +1314,14 @@ class _Checker:
         repeated = sorted({s for s in ids if ids.count(s) > 1})
         if len(ids) < 2:
             self.result("session.unique_ids", "SKIP", f"{len(ids)} session(s) created: nothing to compare")
+        elif repeated:
+            self.result(
+                "session.unique_ids", "FAIL",
+                f"{len(repeated)} id(s) answered more than once, e.g. {repeated[0]!r} ({ids.count(repeated[0])} times)",
+                _session_new_exchanges(peer, repeated[0]),
+            )
         else:
-            self.ok("session.unique_ids", not repeated,
-                    f"{len(repeated)} id(s) answered more than once, e.g. {repeated[0]!r} ({ids.count(repeated[0])} times)"
-                    if repeated else f"{len(ids)} sessions, {len(ids)} different ids",
-                    )
+            self.result("session.unique_ids", "PASS", f"{len(ids)} sessions, {len(ids)} different ids")
 
     def logout_check(self, peer: _Peer) -> None:
         auth = self.caps.get("auth")
