@@ -16,8 +16,8 @@ Subcommands:
 
 ``acp check [--cancel-prompt TEXT] [--auth-method ID] [--json FILE] [--timeout S] [--url URL | -- AGENT COMMAND...]``
     A conformance check of any agent (see :mod:`acp.conformance`); exits 0 when the agent
-    conforms, 1 when it does not, 2 when it could not be checked (usage error, agent not found,
-    connection refused).
+    conforms, 1 when it does not or could not be checked (agent not found, connection refused),
+    2 on a usage error.
 
 Both take the agent from the environment (:mod:`acp.client.settings`: ``ACP_AGENT_COMMAND`` or
 ``ACP_AGENT_URL``...) when neither ``--url`` nor a command is given. ``--url`` still takes
@@ -536,7 +536,8 @@ def run_check(
     json_file: str | None = None,
 ) -> int:
     """``acp check``: print each check as it runs, the counts by tier and the verdict; the exit
-    status (0 conforming, 1 not conforming, 2 not checked). The agent is a command, or
+    status (0 conforming, 1 not conforming or not checked, 2 when the JSON report cannot be
+    written). The agent is a command, or
     :class:`~acp.client.settings.AgentSettings`. ``json_file``: also write the machine-readable
     report there (:meth:`acp.conformance.Report.to_json`)."""
     from .conformance import run_checks
@@ -628,8 +629,8 @@ def _parser() -> argparse.ArgumentParser:
         description="A conformance check of any ACP agent: the command after -- is spawned and spoken "
         "to over stdio. " + env_note,
         epilog="Each check is in a tier: required, capability:NAME (run only when the agent advertises "
-        "NAME) or advisory (reported, never decides). Exit status: 0 conforming, 1 not conforming, "
-        "2 not checked (usage error, agent not found, connection refused).",
+        "NAME) or advisory (reported, never decides). Exit status: 0 conforming, 1 not conforming or "
+        "not checked at all (agent not found, connection refused), 2 usage error.",
     )
     check.add_argument("--url", metavar="URL", type=_url_arg, help="a remote agent (ws://, wss://, http://, https://)")
     check.add_argument(

@@ -80,8 +80,8 @@ LARGE_PROMPT_BYTES = 3 * 1024 * 1024
 EXIT_CONFORMING = 0
 EXIT_NOT_CONFORMING = 1
 EXIT_ERROR = 2
-"""Exit statuses of ``acp check``: conforming, not conforming, could not check (usage error,
-agent not found, connection refused)."""
+"""Exit statuses of ``acp check``: conforming; not conforming (also when the agent could not be
+checked at all: not found, connection refused, as before tiers existed); a usage error."""
 
 DETAIL_LIMIT = 300
 """A check's detail is cut (at a word boundary, with "…") beyond this many characters."""
@@ -234,9 +234,7 @@ class Report:
 
     @property
     def exit_code(self) -> int:
-        """0 conforming, 1 not conforming, 2 when the agent could not be checked."""
-        if self.error is not None:
-            return EXIT_ERROR
+        """0 conforming, else 1 (not conforming, or not checked at all: see :attr:`error`)."""
         return EXIT_CONFORMING if self.conforming else EXIT_NOT_CONFORMING
 
     def count(self, status: Status, tier: str | None = None) -> int:
