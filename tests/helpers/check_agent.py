@@ -14,6 +14,8 @@ Each flag breaks one thing, for the checker to catch:
 ``--load-no-replay``    ``session/load`` answers without replaying anything
 ``--resume-replays``    ``session/resume`` replays the history (it must not)
 ``--require-auth``      ``session/new`` fails with -32000 until ``authenticate`` succeeded
+``--skip-shoulds``      breaks two SHOULDs: deleting an unknown session is an error, and an
+                        invalid list cursor is read as the first page
 """
 
 from __future__ import annotations
@@ -101,9 +103,9 @@ class CheckAgent:
             found = [s for s in self.sessions.values() if request.cwd in (None, s.cwd)]
         start = 0
         if request.cursor is not None:
-            if not request.cursor.startswith("page-"):
+            if not request.cursor.startswith("page-") and "--skip-shoulds" not in FLAGS:
                 raise RequestError(INVALID_PARAMS, f"Invalid cursor {request.cursor!r}")
-            start = 0 if "--list-loops" in FLAGS else int(request.cursor[5:])
+            start = 0 if "--list-loops" in FLAGS or not request.cursor.startswith("page-") else int(request.cursor[5:])
         page = found[start:start + PAGE]
         more = start + PAGE < len(found)
         return schema.ListSessionsResponse(
@@ -116,7 +118,9 @@ class CheckAgent:
 
     def delete_session(self, request: schema.DeleteSessionRequest, ctx: acp.AgentRequestContext) -> None:
         with self.lock:
-            self.sessions.pop(request.session_id, None)  # unknown: succeed silently
+            found = self.sessions.pop(request.session_id, None)  # unknown: succeed silently
+        if found is None and "--skip-shoulds" in FLAGS:
+            raise RequestError(RESOURCE_NOT_FOUND, f"Unknown session {request.session_id!r}")
 
     def set_mode(self, request: schema.SetSessionModeRequest, ctx: acp.AgentRequestContext) -> None:
         self.get(request.session_id)
