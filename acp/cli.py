@@ -14,9 +14,10 @@ Subcommands:
     Ctrl-C during a turn sends ``session/cancel`` (a second one quits); ``/quit`` or end of
     input exits; ``/help`` lists the other commands (``/auth``, ``/mode``, ``/new``).
 
-``acp check [--cancel-prompt TEXT] [--timeout S] [--url URL | -- AGENT COMMAND...]``
-    A conformance check of any agent (see :mod:`acp.conformance`); exits 0 only when the agent
-    conforms.
+``acp check [--cancel-prompt TEXT] [--auth-method ID] [--json FILE] [--timeout S] [--url URL | -- AGENT COMMAND...]``
+    A conformance check of any agent (see :mod:`acp.conformance`); exits 0 when the agent
+    conforms, 1 when it does not or could not be checked (agent not found, connection refused),
+    2 on a usage error.
 
 ``acp tap [--out PATH] -- AGENT COMMAND...``
     A transparent recording proxy to launch in place of an agent (see :mod:`acp.tap`).
@@ -830,18 +831,31 @@ def run_check(
     prompt: str,
     timeout: float,
     out: IO[str],
+    auth_method: str | None = None,
+    json_file: str | None = None,
 ) -> int:
-    """``acp check``: print each check as it runs and the verdict; 0 only if the agent conforms.
-    The agent is a command, or :class:`~acp.client.settings.AgentSettings`."""
+    """``acp check``: print each check as it runs, the counts by tier and the verdict; the exit
+    status (0 conforming, 1 not conforming or not checked, 2 when the JSON report cannot be
+    written). The agent is a command, or
+    :class:`~acp.client.settings.AgentSettings`. ``json_file``: also write the machine-readable
+    report there (:meth:`acp.conformance.Report.to_json`)."""
     from .conformance import run_checks
 
     settings = _as_settings(agent_argv)
     out.write(f"acp check: {settings.describe()}\n")
     out.flush()
-    report = run_checks(settings, cancel_prompt=cancel_prompt, prompt=prompt, timeout=timeout, out=out)
-    out.write(report.verdict() + "\n")
+    report = run_checks(
+        settings, cancel_prompt=cancel_prompt, prompt=prompt, timeout=timeout, auth_method=auth_method, out=out
+    )
+    out.write(report.tier_summary() + "\n" + report.verdict() + "\n")
     out.flush()
-    return 0 if report.conforming else 1
+    if json_file is not None:
+        try:
+            report.write_json(json_file)
+        except OSError as exc:
+            out.write(f"acp check: cannot write {json_file}: {exc}\n")
+            return 2
+    return report.exit_code
 
 
 # ---------------------------------------------------------------------------------- agent
@@ -899,6 +913,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     chat = sub.add_parser(
         "chat",
+        usage="acp chat [options] [--url URL | -- AGENT COMMAND...]",
         help="chat with an agent: acp chat [options] [--url URL | -- AGENT COMMAND...] (default: the echo agent)",
         description="An interactive client for any ACP agent. " + env_note
         + " Without any of them: the bundled echo agent.",
@@ -911,13 +926,30 @@ def _parser() -> argparse.ArgumentParser:
     )
     check = sub.add_parser(
         "check",
+        usage="acp check [options] [--url URL | -- AGENT COMMAND...]",
         help="check an agent's conformance: acp check [options] [--url URL | -- AGENT COMMAND...]",
-        description="A conformance check of any ACP agent. " + env_note,
+        description="A conformance check of any ACP agent: the command after -- is spawned and spoken "
+        "to over stdio. " + env_note,
+        epilog="Each check is in a tier: required, capability:NAME (run only when the agent advertises "
+        "NAME) or advisory (reported, never decides). Exit status: 0 conforming, 1 not conforming or "
+        "not checked at all (agent not found, connection refused), 2 usage error.",
     )
     check.add_argument("--url", metavar="URL", type=_url_arg, help="a remote agent (ws://, wss://, http://, https://)")
-    check.add_argument("--cancel-prompt", metavar="TEXT", help="a prompt that keeps the agent busy (cancel checks)")
-    check.add_argument("--prompt", metavar="TEXT", default="hello", help="the text of ordinary prompts")
-    check.add_argument("--timeout", metavar="S", type=float, default=10.0, help="seconds to wait per answer")
+    check.add_argument(
+        "--cancel-prompt", metavar="TEXT",
+        help="a prompt that keeps the agent busy, for prompt.cancel and close.cancels_turn (default: none, they are skipped)",
+    )
+    check.add_argument("--prompt", metavar="TEXT", default="hello", help="the text of ordinary prompts (default: %(default)s)")
+    check.add_argument(
+        "--auth-method", metavar="ID", help="send authenticate with this method id after initialize (default: none)"
+    )
+    check.add_argument(
+        "--json", metavar="FILE", dest="json_file",
+        help="also write a machine-readable report to FILE, with each failing check's wire transcript",
+    )
+    check.add_argument(
+        "--timeout", metavar="S", type=float, default=10.0, help="seconds to wait per answer (default: %(default)s)"
+    )
     tap = sub.add_parser(
         "tap",
         help="record an editor's session with an agent: acp tap [--out FILE] -- AGENT COMMAND...",
@@ -991,7 +1023,8 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace, agent: list[
                 "(or --url URL, or ACP_AGENT_COMMAND / ACP_AGENT_URL in the environment)"
             )
         return run_check(
-            settings, cancel_prompt=args.cancel_prompt, prompt=args.prompt, timeout=args.timeout, out=out
+            settings, cancel_prompt=args.cancel_prompt, prompt=args.prompt, timeout=args.timeout, out=out,
+            auth_method=args.auth_method, json_file=args.json_file,
         )
     if args.command == "tap":
         if not agent:

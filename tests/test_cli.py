@@ -70,6 +70,24 @@ def test_check_needs_an_agent_command() -> None:
     assert done.returncode == 2 and "needs the agent's command" in done.stderr
 
 
+@pytest.mark.parametrize("sub", ["chat", "check"])
+def test_sub_command_help_shows_the_agent_command_and_defaults(sub: str) -> None:
+    done = run_acp(sub, "--help")
+    assert done.returncode == 0
+    assert f"usage: acp {sub} [options] [--url URL | -- AGENT COMMAND...]" in done.stdout
+    assert "(default: " in done.stdout
+    if sub == "check":
+        assert "(default: hello)" in done.stdout and "(default: 10.0)" in done.stdout
+        assert "--auth-method ID" in done.stdout and "--json FILE" in done.stdout
+        assert "1 not conforming or not checked at all" in " ".join(done.stdout.split())
+
+
+def test_check_json_to_an_unwritable_place_is_exit_2(tmp_path: Path) -> None:
+    done = run_acp("check", "--json", str(tmp_path / "no" / "such" / "dir" / "r.json"), "--",
+                   sys.executable, "-m", "acp.examples.echo_agent")
+    assert done.returncode == 2 and "cannot write" in done.stdout
+
+
 def test_chat_with_the_echo_agent_and_record(tmp_path: Path) -> None:
     record = tmp_path / "wire.jsonl"
     done = run_acp("chat", "--record", str(record), stdin="Hello there, agent\n/help\n/quit\n", cwd=tmp_path)

@@ -1,25 +1,31 @@
-"""`acp check`: the example agents conform, deliberately broken ones do not."""
+"""`acp check`: the example agents conform, deliberately broken ones fail exactly the check they
+break, in its tier; the report (text, --json), --auth-method and the exit codes."""
 
 from __future__ import annotations
 
 import io
+import json
 import subprocess
 import sys
 from pathlib import Path
 
-from acp.conformance import Report, run_checks
+import pytest
+
+from acp.conformance import CHECKS, Report, bounded, run_checks
 
 from .conftest import helper_argv
 from .helpers.exiting_agent import CREDENTIALS
+from .test_docs import parse_blocks
 
 WAIT = 120.0
 ROOT = Path(__file__).resolve().parent.parent
+STATUS_WORDS = ("PASS", "FAIL", "WARN", "SKIP", "N/A")
 
 
-def check(*args: str) -> subprocess.CompletedProcess[str]:
+def check(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "acp", "check", "--timeout", "10", *args],
-        capture_output=True, text=True, timeout=WAIT, cwd=ROOT,
+        capture_output=True, text=True, timeout=WAIT, cwd=cwd,
     )
 
 
@@ -27,51 +33,165 @@ def statuses(output: str) -> dict[str, str]:
     found = {}
     for line in output.splitlines():
         parts = line.split()
-        if len(parts) >= 2 and parts[0] in ("PASS", "FAIL", "WARN", "SKIP"):
+        if len(parts) >= 3 and parts[0] in STATUS_WORDS and parts[2].startswith("["):
             found[parts[1]] = parts[0]
     return found
 
 
-def test_scenario_agent_conforms_with_cancel_checks() -> None:
-    done = check("--cancel-prompt", "wait_for_cancel", "--", sys.executable, "-m", "acp.examples.scenario_agent")
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "verdict: CONFORMING" in done.stdout
-    found = statuses(done.stdout)
-    assert set(found.values()) == {"PASS"}, found
+def tiers(output: str) -> dict[str, str]:
+    return {line.split()[1]: line.split()[2].strip("[]") for line in output.splitlines()
+            if line.split()[:1] and line.split()[0] in STATUS_WORDS and len(line.split()) >= 3}
+
+
+def failed(report: Report) -> dict[str, str]:
+    return {r.name: r.tier for r in report.results if r.status == "FAIL"}
+
+
+# ------------------------------------------------------------------ agents that conform
+
+
+EXAMPLES = {
+    "echo": ([sys.executable, "-m", "acp.examples.echo_agent"], None),
+    "scenario": ([sys.executable, "-m", "acp.examples.scenario_agent"], "wait_for_cancel"),
+}
+
+
+@pytest.mark.parametrize("name", ["echo", "scenario"])
+def test_example_agents_conform(name: str) -> None:
+    argv, cancel = EXAMPLES[name]
+    extra = ["--cancel-prompt", cancel] if cancel else []
+    done = check(*extra, "--", *argv)
+    assert "verdict: CONFORMING" in done.stdout, done.stdout + done.stderr
+    assert done.returncode == 0
+
+
+def test_scenario_agent_runs_its_capability_checks() -> None:
+    # Every capability the scenario agent advertises is exercised, and passes.
+    done = check("--cancel-prompt", "wait_for_cancel", "--", *EXAMPLES["scenario"][0])
+    found, tier = statuses(done.stdout), tiers(done.stdout)
+    for name in ("load.replay", "resume.no_replay", "list.sessions", "delete.removes", "close.idle",
+                 "close.cancels_turn", "modes.set", "config.set"):
+        assert found[name] == "PASS", (name, done.stdout)
+        assert tier[name].startswith("capability:"), name
+    assert found["list.paging"] == "SKIP"  # one page: nothing to page through
+    for name in ("prompt.image", "prompt.audio", "session.additional_directories", "auth.logout"):
+        assert found[name] == "N/A", name
     for name in ("handshake.initialize", "handshake.unsupported_version", "jsonrpc.ids_echoed",
-                 "jsonrpc.notifications_unanswered", "jsonrpc.unknown_method", "session.unknown_session_prompt",
-                 "prompt.cancel", "prompt.no_updates_after_cancel", "prompt.large", "prompt.pipelined",
-                 "robust.garbage_line", "robust.batch", "robust.stdin_closed", "capabilities.honest",
-                 "capabilities.updates_honest", "schema.valid"):
-        assert found.get(name) == "PASS", name
+                 "prompt.cancel", "prompt.no_updates_after_cancel", "prompt.pipelined",
+                 "session.unique_ids", "capabilities.honest", "capabilities.updates_honest", "schema.valid"):
+        assert found[name] == "PASS" and tier[name] == "required", name
+    assert "capabilities checked: close, configOptions, delete, list, loadSession, modes, resume" in done.stdout
 
 
-def test_echo_agent_conforms_and_skips_cancel_checks() -> None:
-    done = check("--", sys.executable, "-m", "acp.examples.echo_agent")
+def test_session_service_conforms_over_websocket(tmp_path: Path) -> None:
+    pytest.importorskip("websockets")
+    service = subprocess.Popen(
+        [sys.executable, "-m", "acp.examples.session_service", "--port", "0", "--name", "b1",
+         "--sessions-dir", str(tmp_path / "sessions")],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert service.stdout is not None
+        line = service.stdout.readline()
+        assert line.startswith("listening "), line
+        done = check("--cancel-prompt", "wait", "--url", line.split()[1])
+    finally:
+        service.terminate()
+        service.wait(10)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "verdict: CONFORMING" in done.stdout
     found = statuses(done.stdout)
-    assert found["prompt.cancel"] == "SKIP" and found["prompt.no_updates_after_cancel"] == "SKIP"
-    assert "FAIL" not in found.values()
+    assert found["load.replay"] == found["resume.no_replay"] == found["list.sessions"] == "PASS"
+    assert found["close.idle"] == "N/A" and found["robust.stdin_closed"] == "SKIP"
 
 
-def test_broken_agent_fails() -> None:
+def quickstart_agent(tmp_path: Path) -> Path:
+    block = next(b for b in parse_blocks(ROOT / "docs" / "quickstart.md") if b.file == "my_agent.py")
+    path = tmp_path / "my_agent.py"
+    path.write_text(block.code, encoding="utf-8")
+    return path
+
+
+def test_quickstart_agent_conforms(tmp_path: Path) -> None:
+    done = check("--", sys.executable, str(quickstart_agent(tmp_path)), cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    found = statuses(done.stdout)
+    assert found["session.unique_ids"] == found["session.unknown_session_prompt"] == "PASS"
+
+
+def test_full_capability_agent_passes_every_check() -> None:
+    report = run_checks(helper_argv("check_agent"), cancel_prompt="wait", auth_method="token", timeout=10)
+    assert {r.status for r in report.results} == {"PASS"}, report.render()
+    assert {r.name for r in report.results} == set(CHECKS)
+    assert report.exit_code == 0
+
+
+def test_hand_written_agent_conforms() -> None:
+    report = run_checks(helper_argv("check_raw_agent"), cancel_prompt="wait", timeout=10)
+    assert report.conforming, report.render()
+    assert {r.name: r.status for r in report.results}["close.cancels_turn"] == "PASS"
+
+
+# ------------------------------------------------------------------ broken agents
+
+
+@pytest.mark.parametrize(("agent", "expected"), [
+    (("check_agent", "--dup-ids"), {"session.unique_ids": "required"}),
+    (("check_agent", "--list-loops"), {"list.paging": "capability:list"}),
+    (("check_agent", "--load-no-replay"), {"load.replay": "capability:loadSession"}),
+    (("check_agent", "--resume-replays"), {"resume.no_replay": "capability:resume"}),
+    (("check_raw_agent", "--close-keeps-turn"), {"close.cancels_turn": "capability:close"}),
+    (("check_raw_agent", "--dup-ids"), {"session.unique_ids": "required"}),
+], ids=lambda v: " ".join(v) if isinstance(v, tuple) else "")
+def test_broken_agent_fails_exactly_its_check(agent: tuple[str, ...], expected: dict[str, str]) -> None:
+    report = run_checks(helper_argv(*agent), cancel_prompt="wait", auth_method="token" if agent[0] == "check_agent" else None, timeout=5)
+    assert failed(report) == expected, report.render()
+    assert not report.conforming and report.exit_code == 1
+    bad = next(r for r in report.results if r.status == "FAIL")
+    assert bad.transcript and {line.direction for line in bad.transcript} == {"in", "out"}
+
+
+def test_duplicate_ids_and_close_that_does_not_cancel(tmp_path: Path) -> None:
+    out = tmp_path / "report.json"
+    done = check("--cancel-prompt", "wait", "--json", str(out), "--",
+                 *helper_argv("check_raw_agent", "--dup-ids", "--close-keeps-turn"))
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "FAIL  session.unique_ids" in done.stdout and "FAIL  close.cancels_turn" in done.stdout
+    assert "failed: close.cancels_turn [capability:close], session.unique_ids [required]" in done.stdout
+    report = json.loads(out.read_text())
+    assert report["verdict"] == "NOT CONFORMING" and report["exitCode"] == 1 and not report["conforming"]
+    by_id = {c["id"]: c for c in report["checks"]}
+    close = by_id["close.cancels_turn"]
+    assert close["tier"] == "capability:close" and close["status"] == "FAIL"
+    sent = [line["msg"]["method"] for line in close["transcript"] if line["dir"] == "out" and "method" in line.get("msg", {})]
+    assert "session/prompt" in sent and "session/close" in sent, close["transcript"]
+    assert all(line["peer"] == "main" for line in close["transcript"])
+    assert by_id["session.new"]["status"] == "PASS" and by_id["session.new"]["transcript"] == []
+    assert report["tiers"]["required"]["FAIL"] == 1 and report["tiers"]["capability:close"]["FAIL"] == 1
+
+
+def test_old_broken_agent_fails_required_checks_and_warns_on_robustness() -> None:
     done = check("--timeout", "2", "--", *helper_argv("broken_agent"))
     assert done.returncode == 1
     assert "verdict: NOT CONFORMING" in done.stdout
     found = statuses(done.stdout)
     for name in ("handshake.unsupported_version", "jsonrpc.notifications_unanswered", "jsonrpc.unknown_method",
-                 "session.unknown_session_prompt", "robust.garbage_line", "jsonrpc.envelopes"):
+                 "session.unknown_session_prompt", "jsonrpc.envelopes", "session.unique_ids"):
         assert found[name] == "FAIL", name
+    # robustness is advisory: reported as a warning, never a failure
+    assert found["robust.garbage_line"] == "WARN"
     assert "(echoed: the agent must answer a version it supports)" in done.stdout
 
 
-def test_a_failing_checks_line_shows_the_reason_in_the_errors_data() -> None:
-    # The agent answers session/new as the official SDKs do: -32603 with data {"details": ...}.
-    done = check("--timeout", "5", "--", *helper_argv("exiting_agent", "error-data"))
-    assert done.returncode == 1
-    line = next(line for line in done.stdout.splitlines() if line.split()[1:2] == ["session.new"])
-    assert line.split(None, 2)[2] == f"session/new -> error -32603 'Internal error': {CREDENTIALS}"
+def test_advisory_findings_alone_do_not_decide() -> None:
+    # Refusing to delete an unknown session and ignoring an invalid list cursor break two
+    # SHOULDs: warnings in the advisory tier, and the agent still conforms.
+    report = run_checks(helper_argv("check_agent", "--skip-shoulds"), auth_method="token", timeout=10)
+    by_name = {r.name: r for r in report.results}
+    assert by_name["session.delete_unknown"].status == "WARN" and by_name["session.delete_unknown"].tier == "advisory"
+    assert by_name["list.invalid_cursor"].status == "WARN" and by_name["list.invalid_cursor"].transcript
+    assert by_name["close.cancels_turn"].status == "SKIP"  # no --cancel-prompt
+    assert {r.status for r in report.results} == {"PASS", "WARN", "SKIP"}
+    assert report.conforming and report.exit_code == 0
 
 
 def test_capability_and_schema_violations_are_caught() -> None:
@@ -79,6 +199,7 @@ def test_capability_and_schema_violations_are_caught() -> None:
     by_name = {r.name: r for r in report.results}
     assert by_name["capabilities.honest"].status == "FAIL"
     assert "fs/read_text_file" in by_name["capabilities.honest"].detail
+    assert any("fs/read_text_file" in line.text for line in by_name["capabilities.honest"].transcript)
     assert by_name["schema.valid"].status == "FAIL"
     assert "missing required field `content`" in by_name["schema.valid"].detail
     assert not report.conforming
@@ -88,14 +209,64 @@ def test_updates_the_client_cannot_show_are_caught() -> None:
     report = run_checks(helper_argv("broken_agent", "--notice"), timeout=2)
     by_name = {r.name: r for r in report.results}
     assert by_name["capabilities.updates_honest"].status == "FAIL"
+    assert by_name["capabilities.updates_honest"].tier == "required"
     assert "sent notice" in by_name["capabilities.updates_honest"].detail
+    assert any('"notice"' in line.text for line in by_name["capabilities.updates_honest"].transcript)
     assert by_name["schema.valid"].status == "PASS"  # a valid notice, just not allowed here
+    assert not report.conforming
+
+
+def test_a_failing_checks_line_shows_the_reason_in_the_errors_data() -> None:
+    # The agent answers session/new as the official SDKs do: -32603 with data {"details": ...}.
+    done = check("--timeout", "5", "--", *helper_argv("exiting_agent", "error-data"))
+    assert done.returncode == 1
+    line = next(line for line in done.stdout.splitlines() if line.split()[1:2] == ["session.new"])
+    assert "error -32603 'Internal error': " + CREDENTIALS[:40] in line
 
 
 def test_lenient_only_messages_are_warnings() -> None:
     report = run_checks(helper_argv("broken_agent", "--unknown-update"), timeout=2)
     schema_check = next(r for r in report.results if r.name == "schema.valid")
     assert schema_check.status == "WARN" and "from_the_future" in schema_check.detail
+
+
+# ------------------------------------------------------------------ options, report, exit codes
+
+
+def test_auth_method_is_sent_after_initialize() -> None:
+    without = run_checks(helper_argv("check_agent", "--require-auth"), timeout=5)
+    by_name = {r.name: r for r in without.results}
+    assert by_name["auth.authenticate"].status == "SKIP" and "--auth-method" in by_name["auth.authenticate"].detail
+    assert by_name["session.new"].status == "FAIL" and "give --auth-method, one of token" in by_name["session.new"].detail
+    done = check("--auth-method", "token", "--cancel-prompt", "wait", "--", *helper_argv("check_agent", "--require-auth"))
+    assert done.returncode == 0, done.stdout
+    assert statuses(done.stdout)["auth.authenticate"] == "PASS"
+    wrong = run_checks(helper_argv("check_agent"), auth_method="nope", timeout=5)
+    assert failed(wrong) == {"auth.authenticate": "capability:auth"}
+    assert "not among the advertised authMethods ['token']" in next(r for r in wrong.results if r.status == "FAIL").detail
+
+
+def test_nothing_to_look_at_is_never_a_pass() -> None:
+    # The old broken agent sends no session/update at all: that check had nothing to inspect.
+    report = run_checks(helper_argv("broken_agent"), timeout=2)
+    by_name = {r.name: r.status for r in report.results}
+    assert by_name["session.updates_known_sessions"] == "SKIP"
+    echo = run_checks([sys.executable, "-m", "acp.examples.echo_agent"], timeout=10)
+    statuses_ = {r.name: r.status for r in echo.results}
+    assert statuses_["load.replay"] == statuses_["close.cancels_turn"] == "N/A"
+    assert statuses_["prompt.cancel"] == "SKIP"
+
+
+def test_details_are_cut_at_a_word_boundary() -> None:
+    text = "word " * 100
+    cut = bounded(text, 50)
+    assert len(cut) <= 50 and cut.endswith("…") and cut[:-1].split()[-1] == "word"
+    assert bounded("short") == "short"
+    report = run_checks([sys.executable, "-m", "acp.examples.scenario_agent"], timeout=10)
+    for r in report.results:
+        assert len(r.detail) <= 300
+        if "result {" in r.detail and not r.detail.endswith("}"):
+            assert r.detail.endswith("…"), r.detail
 
 
 def test_run_checks_prints_as_it_goes_and_reports() -> None:
@@ -105,9 +276,19 @@ def test_run_checks_prints_as_it_goes_and_reports() -> None:
     assert out.getvalue().count("\n") == len(report.results)
     assert report.render().splitlines()[-1] == report.verdict()
     assert report.count("SKIP") == 2
+    assert report.count("N/A", "capability") == 15
+    assert all(r.tier == CHECKS[r.name][0] for r in report.results)
 
 
-def test_missing_agent_fails() -> None:
+def test_missing_agent_is_not_checked() -> None:
     report = run_checks(["/no/such/agent-binary"], timeout=2)
-    assert not report.conforming
+    assert not report.conforming and report.exit_code == 1 and report.error
     assert report.results[0].name == "spawn" and "cannot start agent process" in report.results[0].detail
+    done = check("--", "/no/such/agent-binary")
+    assert done.returncode == 1 and "verdict: NOT CHECKED" in done.stdout
+
+
+def test_every_check_is_documented() -> None:
+    text = (ROOT / "docs" / "testing.md").read_text(encoding="utf-8")
+    for name, (tier, _) in CHECKS.items():
+        assert f"| `{name}` | {tier} |" in text, name

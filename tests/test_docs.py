@@ -522,3 +522,20 @@ def test_reference_lists_every_public_member() -> None:
             if not any(f"acp.{o}.{member}" in text for o in owners) and f"`{member}()" not in text:
                 missing.append(f"{name}.{member}")
     assert not missing, f"docs/reference.md does not list: {missing}"
+
+
+@pytest.mark.timeout(SCRIPT_TIMEOUT * 2 + 30)
+def test_quickstart_files_run_on_their_own(tmp_path: Path) -> None:
+    # Pasted into files as the page says (each block a file of its own, no shared namespace),
+    # every program of the quickstart runs from the folder of my_agent.py.
+    page = DOCS / "quickstart.md"
+    _write_files(page, tmp_path)
+    programs = [b.file for b in parse_blocks(page) if b.file and b.mode == "run"]
+    assert programs == ["my_client.py", "in_process.py"]
+    for name in programs:
+        proc = subprocess.run([sys.executable, name], cwd=tmp_path, env=_env(), capture_output=True, text=True,
+                              timeout=SCRIPT_TIMEOUT)
+        assert proc.returncode == 0, f"{name}:\n{proc.stdout}\n{proc.stderr}"
+    assert "end_turn ['You said: hello']" in subprocess.run(
+        [sys.executable, "my_client.py"], cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=SCRIPT_TIMEOUT
+    ).stdout

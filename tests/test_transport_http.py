@@ -649,11 +649,13 @@ def test_the_scenario_agent_served_remotely_passes_the_conformance_check(profile
     with agent, agent.serve_http() as server:
         url = server.url if profile == "http" else server.ws_url
         report = run_checks(AgentSettings(url=url), cancel_prompt="wait_for_cancel", timeout=WAIT)
-    failed = [(r.name, r.status, r.detail) for r in report.results if r.status in ("FAIL", "WARN")]
-    assert report.conforming and failed == [], failed
+    # Advisory warnings (the scenario agent's SHOULDs) are allowed; nothing else may fail or warn.
+    failed = [(r.name, r.status, r.detail) for r in report.results
+              if r.status == "FAIL" or (r.status == "WARN" and r.tier != "advisory")]
     assert {r.name for r in report.results if r.status == "PASS"} >= {
         "robust.garbage_line", "robust.invalid_request", "prompt.cancel", "prompt.no_updates_after_cancel"
     }
+    assert report.conforming and failed == [], failed
 
 
 def test_fuzzed_posts_never_take_the_server_down(served: tuple[HttpServer, DemoAgent]) -> None:
