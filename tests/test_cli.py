@@ -138,50 +138,67 @@ def test_chat_reports_a_missing_agent(tmp_path: Path) -> None:
     assert done.returncode == 127 and "cannot start agent process" in done.stdout
 
 
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs a pty")
-def test_chat_ctrl_c_cancels_the_turn_in_a_terminal(tmp_path: Path) -> None:
-    import pty
+SCENARIO = [sys.executable, "-m", "acp.examples.scenario_agent"]
 
-    pid, fd = pty.fork()
-    if pid == 0:  # the child: the chat, with the pty as its controlling terminal
-        os.chdir(tmp_path)
-        os.execv(sys.executable, [sys.executable, "-m", "acp", "chat", "--", sys.executable, "-m",
-                                  "acp.examples.scenario_agent"])
-    seen = b""
 
-    def expect(text: bytes, timeout: float = 30.0) -> None:
-        nonlocal seen
+class PtyChat:
+    """``acp chat`` with a pty as its controlling terminal (Ctrl-C, prompt redraws): write keys,
+    wait for output with a timeout, and always reap the child."""
+
+    def __init__(self, cwd: Path) -> None:
+        import pty
+
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:  # the child: the chat
+            os.chdir(cwd)
+            os.execv(sys.executable, [sys.executable, "-m", "acp", "chat", "--", *SCENARIO])
+        self.seen = b""
+
+    def write(self, data: bytes) -> None:
+        os.write(self.fd, data)
+
+    def expect(self, text: bytes, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
-        while text not in seen:
+        while text not in self.seen:
             remaining = deadline - time.monotonic()
-            assert remaining > 0, f"{text!r} not seen in {seen!r}"
-            ready, _, _ = select.select([fd], [], [], remaining)
+            assert remaining > 0, f"{text!r} not seen in {self.seen!r}"
+            ready, _, _ = select.select([self.fd], [], [], remaining)
             if ready:
                 try:
-                    chunk = os.read(fd, 4096)
+                    chunk = os.read(self.fd, 4096)
                 except OSError:
                     chunk = b""
-                assert chunk, f"the chat ended before {text!r}: {seen!r}"
-                seen += chunk
+                assert chunk, f"the chat ended before {text!r}: {self.seen!r}"
+                self.seen += chunk
 
-    try:
-        expect(b"> ")
-        os.write(fd, b"wait_for_cancel\n")
-        expect(b"waiting for session/cancel")
-        os.write(fd, b"\x03")  # Ctrl-C: the terminal sends SIGINT to the foreground group
-        expect(b"(cancelled)")
-        os.write(fd, b"echo still alive\n")
-        expect(b"agent> still alive")
-        os.write(fd, b"/quit\n")
-        _, status = os.waitpid(pid, 0)
-        assert os.waitstatus_to_exitcode(status) == 0
-    finally:
+    def exit_code(self) -> int:
+        _, status = os.waitpid(self.pid, 0)
+        return os.waitstatus_to_exitcode(status)
+
+    def close(self) -> None:
         try:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
+            os.kill(self.pid, 9)
+            os.waitpid(self.pid, 0)
         except (ProcessLookupError, ChildProcessError):
             pass
-        os.close(fd)
+        os.close(self.fd)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs a pty")
+def test_chat_ctrl_c_cancels_the_turn_in_a_terminal(tmp_path: Path) -> None:
+    chat = PtyChat(tmp_path)
+    try:
+        chat.expect(b"> ")
+        chat.write(b"wait_for_cancel\n")
+        chat.expect(b"waiting for session/cancel")
+        chat.write(b"\x03")  # Ctrl-C: the terminal sends SIGINT to the foreground group
+        chat.expect(b"(cancelled)")
+        chat.write(b"echo still alive\n")
+        chat.expect(b"agent> still alive")
+        chat.write(b"/quit\n")
+        assert chat.exit_code() == 0
+    finally:
+        chat.close()
 
 
 def test_chat_reports_an_agent_that_exits_at_once(tmp_path: Path) -> None:
@@ -256,7 +273,6 @@ def test_chat_shows_a_crashing_agents_last_stderr_lines(tmp_path: Path) -> None:
     assert "\n    RuntimeError: model backend unreachable: connection refused\n" in done.stdout
 
 
-SCENARIO = [sys.executable, "-m", "acp.examples.scenario_agent"]
 HELPERS = ROOT / "tests" / "helpers"
 
 
@@ -315,44 +331,16 @@ def test_chat_shows_how_the_agent_died_and_its_last_stderr_lines(tmp_path: Path)
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs a pty")
 def test_chat_late_update_never_prints_over_the_prompt(tmp_path: Path) -> None:
-    import pty
-
-    pid, fd = pty.fork()
-    if pid == 0:
-        os.chdir(tmp_path)
-        os.execv(sys.executable, [sys.executable, "-m", "acp", "chat", "--", *SCENARIO])
-    seen = b""
-
-    def expect(text: bytes, timeout: float = 30.0) -> None:
-        nonlocal seen
-        deadline = time.monotonic() + timeout
-        while text not in seen:
-            remaining = deadline - time.monotonic()
-            assert remaining > 0, f"{text!r} not seen in {seen!r}"
-            ready, _, _ = select.select([fd], [], [], remaining)
-            if ready:
-                try:
-                    chunk = os.read(fd, 4096)
-                except OSError:
-                    chunk = b""
-                assert chunk, f"the chat ended before {text!r}: {seen!r}"
-                seen += chunk
-
+    chat = PtyChat(tmp_path)
     try:
-        expect(b"> ")
-        os.write(fd, b"late after the turn\n")
-        expect(b"(end_turn)")
-        expect(b"late: after the turn")
-        expect(b"late: after the turn\r\n> ")  # the prompt, drawn again below the update
+        chat.expect(b"> ")
+        chat.write(b"late after the turn\n")
+        chat.expect(b"(end_turn)")
+        chat.expect(b"late: after the turn")
+        chat.expect(b"late: after the turn\r\n> ")  # the prompt, drawn again below the update
         # The prompt's line was erased first: the update starts a line of its own.
-        assert b"> \r\x1b[Kagent> late: after the turn" in seen
-        os.write(fd, b"/quit\n")
-        _, status = os.waitpid(pid, 0)
-        assert os.waitstatus_to_exitcode(status) == 0
+        assert b"> \r\x1b[Kagent> late: after the turn" in chat.seen
+        chat.write(b"/quit\n")
+        assert chat.exit_code() == 0
     finally:
-        try:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-        except (ProcessLookupError, ChildProcessError):
-            pass
-        os.close(fd)
+        chat.close()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 from typing import Any
 
 import pytest
@@ -21,37 +20,18 @@ from acp import schema
 from acp.errors import CapabilityError
 
 from .helpers.agent_client import FakeClient
+from .helpers.client_support import JsonWire
 
 WAIT = 20.0
 SCENARIO = (sys.executable, "-m", "acp.examples.scenario_agent")
 SHOWS_BOTH = {"session": {"notices": {}, "compaction": {}}}
 
 
-class Wire:
-    """A wire tap keeping every line, both ways, as JSON."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.lines: list[tuple[str, dict[str, Any]]] = []
-
-    def __call__(self, direction: str, line: bytes) -> None:
-        with self._lock:
-            self.lines.append((direction, json.loads(line)))
-
-    def updates(self) -> list[dict[str, Any]]:
-        with self._lock:
-            return [m["params"]["update"] for d, m in self.lines if d == "in" and m.get("method") == "session/update"]
-
-    def sent(self, method: str) -> dict[str, Any]:
-        with self._lock:
-            return next(m for d, m in self.lines if d == "out" and m.get("method") == method)
-
-
 # ---------------------------------------------------------------------------------- client side
 
 
 def test_a_client_receives_notices_and_compaction_typed_from_a_real_agent(no_thread_leak: None) -> None:
-    wire = Wire()
+    wire = JsonWire()
     seen: list[tuple[str, Any]] = []
     with (
         acp.SyncClient.builder()
@@ -63,7 +43,7 @@ def test_a_client_receives_notices_and_compaction_typed_from_a_real_agent(no_thr
         .build()
     ) as client:
         client.initialize()
-        advertised = wire.sent("initialize")["params"]["clientCapabilities"]
+        advertised = wire.first("out", "initialize")["params"]["clientCapabilities"]
         assert advertised["session"] == {"compaction": {}, "notices": {}}
         sid = client.new_session("/tmp").session_id
         client.prompt(sid, "notice")
@@ -90,7 +70,7 @@ def test_a_client_receives_notices_and_compaction_typed_from_a_real_agent(no_thr
 
 
 def test_a_client_that_does_not_show_them_gets_none(no_thread_leak: None) -> None:
-    wire = Wire()
+    wire = JsonWire()
     texts: list[str] = []
 
     def on_update(n: schema.SessionNotification) -> None:
@@ -99,7 +79,7 @@ def test_a_client_that_does_not_show_them_gets_none(no_thread_leak: None) -> Non
 
     with acp.SyncClient.builder().agent_process(*SCENARIO).session_update_handler(on_update).wire_tap(wire).build() as client:
         client.initialize()
-        assert "session" not in wire.sent("initialize")["params"]["clientCapabilities"]
+        assert "session" not in wire.first("out", "initialize")["params"]["clientCapabilities"]
         sid = client.new_session("/tmp").session_id
         client.prompt(sid, "notice")
         client.prompt(sid, "compact")
@@ -300,7 +280,7 @@ def test_every_helper_that_announces_a_tool_call_takes_its_name(no_thread_leak: 
 
 
 def test_the_scenario_agent_names_its_tool_calls(no_thread_leak: None) -> None:
-    wire = Wire()
+    wire = JsonWire()
     with acp.SyncClient.builder().agent_process(*SCENARIO).wire_tap(wire).build() as client:
         client.initialize()
         client.prompt(client.new_session("/tmp").session_id, "tool_calls")

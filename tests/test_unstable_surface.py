@@ -8,7 +8,6 @@ The end-to-end tests drive a real agent process (tests/helpers/unstable_agent.py
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -22,33 +21,9 @@ from acp.schema import unstable as U
 
 from .conftest import helper_argv
 from .helpers.agent_client import FakeClient
+from .helpers.client_support import JsonWire
 
 WAIT = 20.0
-
-
-class Wire:
-    """A wire tap keeping every line, both ways, as JSON."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.lines: list[tuple[str, dict[str, Any]]] = []
-
-    def __call__(self, direction: str, line: bytes) -> None:
-        with self._lock:
-            self.lines.append((direction, json.loads(line)))
-
-    def methods(self, direction: str) -> list[str]:
-        with self._lock:
-            return [m.get("method", "") for d, m in self.lines if d == direction]
-
-    def first(self, direction: str, method: str) -> dict[str, Any]:
-        with self._lock:
-            return next(m for d, m in self.lines if d == direction and m.get("method") == method)
-
-    def result_of(self, method: str) -> Any:
-        with self._lock:
-            request = next(m for d, m in self.lines if d == "out" and m.get("method") == method)
-            return next(m for d, m in self.lines if d == "in" and m.get("id") == request["id"] and "method" not in m)
 
 
 class Updates(list):  # type: ignore[type-arg]
@@ -69,8 +44,8 @@ class Updates(list):  # type: ignore[type-arg]
 
 
 @pytest.fixture
-def process_client(no_thread_leak: None) -> Iterator[tuple[acp.SyncClient, Wire, list[Any], list[Any], list[Any]]]:
-    wire = Wire()
+def process_client(no_thread_leak: None) -> Iterator[tuple[acp.SyncClient, JsonWire, list[Any], list[Any], list[Any]]]:
+    wire = JsonWire()
     updates = Updates()
     subagents: list[Any] = []
     auth: list[Any] = []
@@ -194,12 +169,12 @@ def test_archive_cancels_the_running_turn(process_client: Any) -> None:
 # ---------------------------------------------------------------------------------- refusals
 
 
-def _no_unstable_client(wire: Wire) -> acp.SyncClient:
+def _no_unstable_client(wire: JsonWire) -> acp.SyncClient:
     return acp.SyncClient.builder().agent_process(*helper_argv("unstable_agent")).wire_tap(wire).build()
 
 
 def test_without_the_opt_in_every_unstable_call_is_refused_before_sending(no_thread_leak: None) -> None:
-    wire = Wire()
+    wire = JsonWire()
     with _no_unstable_client(wire) as client:
         client.initialize()
         sid = client.new_session("/work").session_id
@@ -232,7 +207,7 @@ def test_unstable_client_handlers_need_the_opt_in() -> None:
 
 
 def test_unstable_calls_need_the_agents_capability(no_thread_leak: None) -> None:
-    wire = Wire()
+    wire = JsonWire()
     agent = (
         acp.SyncAgent.builder().unstable(True)
         .new_session_handler(lambda r, c: schema.NewSessionResponse(session_id="s"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import threading
 from collections.abc import Callable
@@ -94,3 +95,36 @@ class FakeTerminals:
 
     def release_terminal(self, request: schema.ReleaseTerminalRequest, ctx: ClientRequestContext) -> None:
         self.released.append(request.terminal_id)
+
+
+class JsonWire:
+    """A wire tap (``.wire_tap(...)``) keeping every line, both ways, as parsed JSON."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.lines: list[tuple[str, dict[str, Any]]] = []
+
+    def __call__(self, direction: str, line: bytes) -> None:
+        with self._lock:
+            self.lines.append((direction, json.loads(line)))
+
+    def methods(self, direction: str) -> list[str]:
+        """The method of every line sent (``"out"``) or received (``"in"``); "" for answers."""
+        with self._lock:
+            return [m.get("method", "") for d, m in self.lines if d == direction]
+
+    def first(self, direction: str, method: str) -> dict[str, Any]:
+        """The first message of ``method`` in ``direction``."""
+        with self._lock:
+            return next(m for d, m in self.lines if d == direction and m.get("method") == method)
+
+    def result_of(self, method: str) -> Any:
+        """The answer to the first ``method`` request sent."""
+        with self._lock:
+            request = next(m for d, m in self.lines if d == "out" and m.get("method") == method)
+            return next(m for d, m in self.lines if d == "in" and m.get("id") == request["id"] and "method" not in m)
+
+    def updates(self) -> list[dict[str, Any]]:
+        """Every ``session/update``'s ``update`` received, in order."""
+        with self._lock:
+            return [m["params"]["update"] for d, m in self.lines if d == "in" and m.get("method") == "session/update"]
