@@ -1,4 +1,5 @@
-"""`make bench`: our SDK vs the official Python SDK vs a bare msgspec pipe, in one run.
+"""`make bench`: our SDK vs the official Python SDK vs a bare msgspec pipe (and the yardstick
+prototype of ../shared/yardstick where present), in one run.
 
     python benchmarks/run.py [--quick] [--only SCENARIO ...] [--runs K] [--setup]
 
@@ -19,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from acpbench import measure, official_venv, report
+from acpbench import measure, official_venv, report, yardstick
 from acpbench.implementations import BY_NAME as IMPLEMENTATIONS
 from acpbench.scenarios import BY_NAME as SCENARIOS
 from acpbench.scenarios import Scenario
@@ -52,7 +53,7 @@ def measure_once(scenario: Scenario, impl: str, n: int) -> measure.Outcome:
 def warm_up(impls: list[str]) -> None:
     """Import every SDK once so that bytecode caches exist before anything is timed."""
     for impl in impls:
-        measure.import_time(IMPLEMENTATIONS[impl])
+        measure.warm_up(IMPLEMENTATIONS[impl])
 
 
 def main() -> None:
@@ -75,7 +76,7 @@ def main() -> None:
         for scenario in scenarios:
             statuses = []
             for impl in rotated:
-                if impl in skip:
+                if impl in skip or not IMPLEMENTATIONS[impl].supports(scenario.name):
                     continue
                 outcome = measure_once(scenario, impl, sizes[scenario.name])
                 results.add(scenario, impl, outcome)
@@ -94,6 +95,10 @@ def main() -> None:
         "quick": args.quick,
         "official_sdk": official_venv.version(),
         "implementations": {i: IMPLEMENTATIONS[i].label for i in impls},
+        "yardstick": yardstick.missing() or str(yardstick.directory()),
+        "cpu": "client_cpu_us / agent_cpu_us: user+sys CPU time (all threads) of each process over the "
+               "timed part, per operation; read by our client scripts on the process CPU-time clocks "
+               "(their own and clock_getcpuclockid(agent)); the yardstick's are its own c_cpu_us / a_cpu_us",
         "elapsed_s": round(elapsed, 1),
     }
     report.write_json(args.json, results, meta)

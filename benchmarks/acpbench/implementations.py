@@ -1,5 +1,6 @@
 """Who is measured: each implementation is a client script (which spawns its agent), the
-interpreter that runs it, and what its ``import`` scenario imports."""
+interpreter that runs it, and what its ``import`` scenario imports; or a yardstick preset
+(the prototype pair of ../shared/yardstick, run through its own CLI: see ``yardstick``)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import official_venv
+from . import official_venv, yardstick
 
 PEERS = Path(__file__).resolve().parent.parent / "peers"
 
@@ -20,12 +21,25 @@ class Implementation:
     client: Path
     imports: tuple[str, ...]  # import scenario: `import <these>` (the -X importtime cumulative)
     ready: str  # import scenario: a statement that loads what an agent and a client need
+    preset: str | None = None  # a yardstick pair with this PROTO_VARIANT
 
     def missing(self) -> str | None:
         """Why this implementation cannot run here (None: it can)."""
+        if self.preset is not None:
+            return yardstick.missing()
         if not self.python.exists():
             return f"{self.python} not found (run `make bench-setup`)"
         return None
+
+    def supports(self, scenario: str) -> bool:
+        """False where the implementation has no such scenario (its cells stay n/a)."""
+        return self.preset is None or scenario in yardstick.SCENARIOS
+
+
+def _yardstick(preset: str) -> Implementation:
+    where = yardstick.directory()
+    return Implementation(f"yardstick-{preset}", f"yardstick {preset}", Path(sys.executable), where / "client.py",
+                          (), "", preset=preset)
 
 
 def all_implementations() -> tuple[Implementation, ...]:
@@ -39,6 +53,7 @@ def all_implementations() -> tuple[Implementation, ...]:
                        "import acp.connection, acp.transport"),
         Implementation("ours", "acp Sync*", ours, PEERS / "ours_client.py", ("acp",),
                        "import acp; acp.SyncAgent, acp.SyncClient, acp.PromptContext, acp.schema"),
+        *(_yardstick(preset) for preset in yardstick.PRESETS),
     )
 
 

@@ -10,6 +10,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import yardstick
 from .implementations import Implementation
 from .scenarios import Scenario
 
@@ -39,6 +40,9 @@ def run_client(impl: Implementation, scenario: Scenario, n: int) -> Outcome:
     missing = impl.missing()
     if missing:
         return Outcome(unavailable=missing)
+    if impl.preset is not None:
+        metrics, error = yardstick.run(impl.preset, scenario, n, child_env())
+        return Outcome(error=error) if error else Outcome(metrics=metrics, count=n)
     argv = [str(impl.python), str(impl.client), scenario.name, str(n)]
     try:
         proc = subprocess.run(
@@ -57,6 +61,16 @@ def run_client(impl: Implementation, scenario: Scenario, n: int) -> Outcome:
     if "unavailable" in report:
         return Outcome(unavailable=str(report["unavailable"]))
     return Outcome(metrics=report["metrics"], count=report["count"])
+
+
+def warm_up(impl: Implementation) -> None:
+    """Let ``impl`` write its bytecode caches before anything is timed."""
+    if impl.missing():
+        return
+    if impl.preset is not None:
+        yardstick.warm_up(child_env())
+    else:
+        import_time(impl)
 
 
 def import_time(impl: Implementation) -> Outcome:

@@ -13,7 +13,8 @@ from .measure import Outcome
 from .scenarios import SCENARIOS, Scenario
 
 # (numerator, denominator) pairs shown as ratio columns
-RATIOS = (("ours", "official"), ("ours", "bare"), ("conn", "official"), ("conn", "bare"))
+RATIOS = (("ours", "official"), ("ours", "bare"), ("conn", "official"), ("conn", "bare"),
+          ("ours", "yardstick-cork"), ("ours", "yardstick-lf"))
 
 
 class Results:
@@ -34,6 +35,8 @@ class Results:
             self.errors.append(
                 f"{scenario.name}/{impl}: checked {outcome.count} operations, expected {self.sizes[scenario.name]}"
             )
+        elif absent := [m.name for m in scenario.metrics if m.name not in outcome.metrics]:
+            self.errors.append(f"{scenario.name}/{impl}: no figure for {', '.join(absent)}")
         else:
             for metric in scenario.metrics:
                 self.samples[scenario.name, metric.name, impl].append(outcome.metrics[metric.name])
@@ -72,7 +75,11 @@ def _figure(value: float | None) -> str:
 
 
 def table(results: Results) -> str:
-    """The side-by-side table: absolute medians, then ratios (ratio > 1: ours is bigger)."""
+    """The side-by-side table: absolute medians, then ratios (ratio > 1: ours is bigger).
+
+    Each throughput row is followed by the CPU each side (client, agent) spent per operation
+    over the same timed part, so a gain or a loss can be attributed to a side.
+    """
     impls = list(IMPLEMENTATIONS.values())
     header = ["scenario", "N", "unit", *(i.label for i in impls), *(f"{a}/{b}" for a, b in RATIOS)]
     rows = [header]
@@ -95,7 +102,18 @@ def table(results: Results) -> str:
         for row in rows
     ]
     lines.insert(1, "-" * len(lines[0]))
-    notes = [f"{name}: not measured ({why})" for name, why in results.unavailable.items()]
+    by_reason: dict[str, list[str]] = defaultdict(list)  # one line for both yardstick columns
+    for name, why in results.unavailable.items():
+        by_reason[why].append(name)
+    notes = [f"{', '.join(names)}: not measured ({why})" for why, names in by_reason.items()]
+    unsupported = defaultdict(list)
+    for impl in impls:
+        if impl.name not in results.unavailable:
+            lacking = [s for s in results.sizes if not impl.supports(s)]
+            if lacking:
+                unsupported[", ".join(lacking)].append(impl.name)
+    notes += [f"{', '.join(names)}: n/a for {lacking} (no such scenario in its contract)"
+              for lacking, names in unsupported.items()]
     notes += [f"error: {e}" for e in results.errors]
     return "\n".join(lines + notes)
 

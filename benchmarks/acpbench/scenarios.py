@@ -25,21 +25,26 @@ class Scenario:
     runs_in_client: bool = True  # False: measured by the harness itself (import)
 
 
-def _rate(name: str, unit: str) -> tuple[Metric, ...]:
-    return (Metric(name, unit, higher_is_better=True),)
+def _rate(name: str, unit: str, per: str) -> tuple[Metric, ...]:
+    """A throughput, then the CPU each side spent per operation over the same timed part."""
+    return (
+        Metric(name, unit, higher_is_better=True),
+        Metric("client_cpu_us", f"us/{per}", higher_is_better=False, label="client CPU"),
+        Metric("agent_cpu_us", f"us/{per}", higher_is_better=False, label="agent CPU"),
+    )
 
 
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario("rtt", "N sequential session/prompt round trips, answered end_turn at once",
-             _rate("prompts_per_s", "prompts/s"), n=5000, n_quick=200, n_test=10),
+             _rate("prompts_per_s", "prompts/s", "prompt"), n=5000, n_quick=200, n_test=10),
     Scenario("stream", "one prompt streaming N agent_message_chunk updates, counted in order",
-             _rate("chunks_per_s", "chunks/s"), n=50000, n_quick=2000, n_test=50),
+             _rate("chunks_per_s", "chunks/s", "chunk"), n=50000, n_quick=2000, n_test=50),
     Scenario("read", "one prompt making N sequential fs/read_text_file calls (1 KiB answers)",
-             _rate("reads_per_s", "reads/s"), n=3000, n_quick=200, n_test=10),
+             _rate("reads_per_s", "reads/s", "read"), n=3000, n_quick=200, n_test=10),
     Scenario("sessions", "N x (session/new, then one prompt)",
-             _rate("sessions_per_s", "sessions/s"), n=1000, n_quick=100, n_test=5),
+             _rate("sessions_per_s", "sessions/s", "session"), n=1000, n_quick=100, n_test=5),
     Scenario("concurrent", "8 sessions prompting at once from 8 client threads (or tasks), N prompts",
-             _rate("prompts_per_s", "prompts/s"), n=4000, n_quick=400, n_test=16),
+             _rate("prompts_per_s", "prompts/s", "prompt"), n=4000, n_quick=400, n_test=16),
     Scenario("startup", "from spawning the agent to the initialize answer",
              (Metric("startup_ms", "ms", higher_is_better=False, sized=False),), n=1, n_quick=1, n_test=1),
     Scenario("import", "python -X importtime: `import acp` cumulative (bare: msgspec); ready: "

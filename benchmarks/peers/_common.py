@@ -4,13 +4,16 @@ Stdlib only: the official SDK's venv has neither msgspec nor our ``acp``.
 
 A client script is run as ``<client>.py SCENARIO N``; it spawns its agent, runs the scenario
 and prints one JSON line on stdout: ``{"metrics": {...}, "count": K}`` (K: operations checked,
-which must equal N) or ``{"unavailable": "why"}``. The agent is told what to do by the prompt
+which must equal N) or ``{"unavailable": "why"}``. The throughput scenarios also report
+``client_cpu_us`` and ``agent_cpu_us``: CPU time (user+sys, all threads) each process spent
+over the timed part, per operation (see ``CpuMeter``). The agent is told what to do by the prompt
 text: ``stream N`` (N agent_message_chunk updates), ``read N`` (N fs/read_text_file calls),
 anything else answers end_turn at once.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import sys
@@ -94,6 +97,40 @@ def peak_rss_mib(pid: int) -> float:
     raise RuntimeError("no VmHWM in /proc/<pid>/status")
 
 
+class CpuMeter:
+    """CPU time (user+sys, every thread) of this process and of the agent over the timed part.
+
+    Both sides are read on the same kernel clock, the process CPU-time clock (the exact sum of
+    the threads' run time, in ns): ``CLOCK_PROCESS_CPUTIME_ID`` for this process and
+    ``clock_getcpuclockid(agent)`` for the agent, which the client, as its parent, may read at
+    any time. So no agent has to report anything (the official one could not without a protocol
+    extension), and the figure is precise even for a timed part of a few milliseconds, where
+    /proc/<pid>/stat (in 10 ms ticks) would round it away. Nothing is read inside the timed loop.
+    """
+
+    def __init__(self, pid: int | None = None) -> None:
+        self.agent_clock = _cpu_clock(agent_pid() if pid is None else pid)
+        self.client0 = self.agent0 = 0.0
+
+    def start(self) -> None:
+        self.agent0 = time.clock_gettime(self.agent_clock)
+        self.client0 = time.process_time()
+
+    def stop(self, n: int) -> dict[str, float]:
+        """``client_cpu_us`` and ``agent_cpu_us`` per operation since ``start``."""
+        client = time.process_time() - self.client0
+        agent = time.clock_gettime(self.agent_clock) - self.agent0
+        return {"client_cpu_us": client / n * 1e6, "agent_cpu_us": agent / n * 1e6}
+
+
+def _cpu_clock(pid: int) -> int:
+    clock = ctypes.c_int()
+    error = ctypes.CDLL(None, use_errno=True).clock_getcpuclockid(pid, ctypes.byref(clock))
+    if error:
+        raise OSError(error, f"clock_getcpuclockid({pid}): {os.strerror(error)}")
+    return clock.value
+
+
 # ---------------------------------------------------------------------- blocking clients
 
 
@@ -136,37 +173,49 @@ def _rtt(client: SyncBenchClient, n: int) -> tuple[dict[str, float], int]:
     session_id = _warm(client)
     prompt = client.prompt
     ok = 0
+    cpu = CpuMeter()
+    cpu.start()
     start = time.perf_counter()
     for _ in range(n):
         ok += prompt(session_id, "hello") == "end_turn"
-    return {"prompts_per_s": n / (time.perf_counter() - start)}, ok
+    elapsed = time.perf_counter() - start
+    return {"prompts_per_s": n / elapsed, **cpu.stop(n)}, ok
 
 
 def _stream(client: SyncBenchClient, n: int) -> tuple[dict[str, float], int]:
     session_id = _warm(client)
+    cpu = CpuMeter()
+    cpu.start()
     start = time.perf_counter()
     stop = client.prompt(session_id, f"stream {n}")
     elapsed = time.perf_counter() - start
+    metrics = {"chunks_per_s": n / elapsed, **cpu.stop(n)}
     chunks = client.chunks
     ok = stop == "end_turn" and chunks.disorder == 0
-    return {"chunks_per_s": n / elapsed}, chunks.count if ok else -1
+    return metrics, chunks.count if ok else -1
 
 
 def _read(client: SyncBenchClient, n: int) -> tuple[dict[str, float], int]:
     session_id = _warm(client)
+    cpu = CpuMeter()
+    cpu.start()
     start = time.perf_counter()
     stop = client.prompt(session_id, f"read {n}")  # the agent answers end_turn iff every read was 1 KiB
     elapsed = time.perf_counter() - start
-    return {"reads_per_s": n / elapsed}, client.reads if stop == "end_turn" else -1
+    metrics = {"reads_per_s": n / elapsed, **cpu.stop(n)}
+    return metrics, client.reads if stop == "end_turn" else -1
 
 
 def _sessions(client: SyncBenchClient, n: int) -> tuple[dict[str, float], int]:
     _warm(client)
     ok = 0
+    cpu = CpuMeter()
+    cpu.start()
     start = time.perf_counter()
     for _ in range(n):
         ok += client.prompt(client.new_session(), "hello") == "end_turn"
-    return {"sessions_per_s": n / (time.perf_counter() - start)}, ok
+    elapsed = time.perf_counter() - start
+    return {"sessions_per_s": n / elapsed, **cpu.stop(n)}, ok
 
 
 def _concurrent(client: SyncBenchClient, n: int) -> tuple[dict[str, float], int]:
@@ -184,13 +233,16 @@ def _concurrent(client: SyncBenchClient, n: int) -> tuple[dict[str, float], int]
             done[index] += client.prompt(session_id, "hello") == "end_turn"
 
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(CONCURRENCY)]
+    cpu = CpuMeter()
     for thread in threads:
         thread.start()
+    cpu.start()  # the workers are parked at the barrier
     barrier.wait()
     start = time.perf_counter()
     for thread in threads:
         thread.join()
-    return {"prompts_per_s": n / (time.perf_counter() - start)}, sum(done)
+    elapsed = time.perf_counter() - start
+    return {"prompts_per_s": n / elapsed, **cpu.stop(n)}, sum(done)
 
 
 def _memory(client: SyncBenchClient, n: int) -> tuple[dict[str, float], int]:

@@ -18,6 +18,7 @@ from _common import (
     FILE_CONTENT,
     WARMUP_PROMPTS,
     ChunkCounter,
+    CpuMeter,
     agent_pid,
     emit,
     parse_args,
@@ -64,34 +65,46 @@ class Driver:
     async def rtt(self, n: int) -> Metrics:
         session_id = await self.warm()
         ok = 0
+        cpu = CpuMeter()
+        cpu.start()
         start = time.perf_counter()
         for _ in range(n):
             ok += await self.prompt(session_id, "hello") == "end_turn"
-        return {"prompts_per_s": n / (time.perf_counter() - start)}, ok
+        elapsed = time.perf_counter() - start
+        return {"prompts_per_s": n / elapsed, **cpu.stop(n)}, ok
 
     async def stream(self, n: int) -> Metrics:
         session_id = await self.warm()
+        cpu = CpuMeter()
+        cpu.start()
         start = time.perf_counter()
         stop = await self.prompt(session_id, f"stream {n}")
         elapsed = time.perf_counter() - start
+        metrics = {"chunks_per_s": n / elapsed, **cpu.stop(n)}
         chunks = self.client.chunks
         ok = stop == "end_turn" and chunks.disorder == 0
-        return {"chunks_per_s": n / elapsed}, chunks.count if ok else -1
+        return metrics, chunks.count if ok else -1
 
     async def read(self, n: int) -> Metrics:
         session_id = await self.warm()
+        cpu = CpuMeter()
+        cpu.start()
         start = time.perf_counter()
         stop = await self.prompt(session_id, f"read {n}")
         elapsed = time.perf_counter() - start
-        return {"reads_per_s": n / elapsed}, self.client.reads if stop == "end_turn" else -1
+        metrics = {"reads_per_s": n / elapsed, **cpu.stop(n)}
+        return metrics, self.client.reads if stop == "end_turn" else -1
 
     async def sessions(self, n: int) -> Metrics:
         await self.warm()
         ok = 0
+        cpu = CpuMeter()
+        cpu.start()
         start = time.perf_counter()
         for _ in range(n):
             ok += await self.prompt(await self.new_session(), "hello") == "end_turn"
-        return {"sessions_per_s": n / (time.perf_counter() - start)}, ok
+        elapsed = time.perf_counter() - start
+        return {"sessions_per_s": n / elapsed, **cpu.stop(n)}, ok
 
     async def concurrent(self, n: int) -> Metrics:
         await self.warm()
@@ -101,9 +114,12 @@ class Driver:
         async def worker(session_id: str, share: int) -> int:
             return sum([await self.prompt(session_id, "hello") == "end_turn" for _ in range(share)])
 
+        cpu = CpuMeter()
+        cpu.start()
         start = time.perf_counter()
         done = await asyncio.gather(*(worker(s, k) for s, k in zip(sessions, shares, strict=True)))
-        return {"prompts_per_s": n / (time.perf_counter() - start)}, sum(done)
+        elapsed = time.perf_counter() - start
+        return {"prompts_per_s": n / elapsed, **cpu.stop(n)}, sum(done)
 
     async def memory(self, n: int) -> Metrics:
         pid = agent_pid()
