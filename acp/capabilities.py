@@ -26,6 +26,7 @@ __all__ = [
     "UPDATE_CAPABILITY",
     "ARCHIVE_METHODS",
     "update_tag",
+    "gated_update_tag",
 ]
 
 ARCHIVE_METHODS = ("session/archive", "session/unarchive")
@@ -239,6 +240,30 @@ _CLIENT_CHECKS: dict[str, Callable[[schema.ClientCapabilities], object]] = {
 }
 
 
+def _baseline_update_types() -> frozenset[type]:
+    # The generated SessionUpdate variants whose kind needs no capability (chunks, tool calls,
+    # plans...): one set lookup decides the common case on the streaming hot path.
+    from typing import get_args
+
+    return frozenset(
+        cls for cls in get_args(schema.SessionUpdate)
+        if getattr(getattr(cls, "__struct_config__", None), "tag", None) not in UPDATE_CAPABILITY
+        and not issubclass(cls, dict)
+    )
+
+
+_BASELINE_UPDATE_TYPES = _baseline_update_types()
+
+
+def gated_update_tag(update: object) -> str | None:
+    """The ``sessionUpdate`` tag of ``update`` when sending it needs a client capability
+    (:data:`UPDATE_CAPABILITY`), else None."""
+    if type(update) in _BASELINE_UPDATE_TYPES:
+        return None
+    tag = update_tag(update)  # a gated kind, a value with extra fields, a raw dict
+    return tag if tag in UPDATE_CAPABILITY else None
+
+
 def update_tag(update: object) -> str | None:
     """The ``sessionUpdate`` tag of a typed update (or of a raw dict)."""
     if isinstance(update, dict):
@@ -324,17 +349,16 @@ class NegotiatedCapabilities:
 
     def allows_update(self, update: object) -> bool:
         """Whether the agent may send this session update to the client."""
-        name = UPDATE_CAPABILITY.get(update_tag(update) or "")
-        return name is None or self.supports(name)
+        tag = gated_update_tag(update)
+        return tag is None or self.supports(UPDATE_CAPABILITY[tag])
 
     def require_update(self, update: object) -> None:
         """Raise :class:`CapabilityError` unless the client advertised what ``update`` needs
         (``notice`` => ``session.notices``, compaction updates => ``session.compaction``,
         subagent and session messages => ``subagents``)."""
-        tag = update_tag(update)
-        name = UPDATE_CAPABILITY.get(tag or "")
-        if name is not None:
-            self.require(name, f"session/update {tag!r}")
+        tag = gated_update_tag(update)
+        if tag is not None:
+            self.require(UPDATE_CAPABILITY[tag], f"session/update {tag!r}")
 
     # Named forms, one pair per capability (the tables above are the source of truth).
     def supports_load_session(self) -> bool:

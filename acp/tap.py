@@ -111,9 +111,7 @@ class _Recorder:
                 pass
 
     def _run(self) -> None:
-        import msgspec
-
-        from .wiretap import _Entry
+        from .wiretap import encode_entry
 
         assert self.path is not None
         try:
@@ -121,18 +119,10 @@ class _Recorder:
             self._file = open(self.path, "wb")  # noqa: SIM115 - closed below
         except OSError as exc:
             self._fail("cannot record to", exc)
-        encoder = msgspec.json.Encoder()
         entries: list[bytes] = []
 
         def add(direction: str, at: float, line: bytes) -> None:
-            entry = _Entry(round(at - self._start, 6), direction)
-            line = line.rstrip(b"\r")
-            try:
-                msgspec.json.decode(line)  # only a valid line is embedded as JSON
-                entry.msg = msgspec.Raw(line)
-            except msgspec.DecodeError:
-                entry.raw = line.decode("utf-8", "replace")
-            entries.append(encoder.encode(entry) + b"\n")
+            entries.append(encode_entry(at - self._start, direction, line.rstrip(b"\r")))
 
         while True:
             item = self._queue.get()

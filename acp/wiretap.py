@@ -15,7 +15,7 @@ from typing import IO, Any
 
 import msgspec
 
-__all__ = ["JsonlWireTap"]
+__all__ = ["JsonlWireTap", "encode_entry"]
 
 
 class _Entry(msgspec.Struct, omit_defaults=True):
@@ -23,6 +23,21 @@ class _Entry(msgspec.Struct, omit_defaults=True):
     dir: str
     msg: msgspec.Raw = msgspec.Raw()
     raw: str | None = None
+
+
+_encoder = msgspec.json.Encoder()
+
+
+def encode_entry(seconds: float, direction: str, line: bytes) -> bytes:
+    """One transcript line (with its newline) for ``line`` (without its line ending) seen
+    ``seconds`` after the recording began: embedded as JSON when valid, else as ``raw`` text."""
+    entry = _Entry(round(seconds, 6), direction)
+    try:
+        msgspec.json.decode(line)  # only a valid line is embedded as JSON
+        entry.msg = msgspec.Raw(line)
+    except msgspec.DecodeError:
+        entry.raw = line.decode("utf-8", "replace")
+    return _encoder.encode(entry) + b"\n"
 
 
 class JsonlWireTap:
@@ -37,17 +52,10 @@ class JsonlWireTap:
             self._owned = False
         self._lock = threading.Lock()
         self._start = time.monotonic()
-        self._encoder = msgspec.json.Encoder()
 
     def __call__(self, direction: str, line: bytes) -> None:
-        entry = _Entry(round(time.monotonic() - self._start, 6), direction)
-        line = line.rstrip(b"\r\n")  # the entry must stay on one line
-        try:
-            msgspec.json.decode(line)  # only a valid line is embedded as JSON
-            entry.msg = msgspec.Raw(line)
-        except msgspec.DecodeError:
-            entry.raw = line.decode("utf-8", "replace")
-        data = self._encoder.encode(entry) + b"\n"
+        # rstrip: the entry must stay on one line
+        data = encode_entry(time.monotonic() - self._start, direction, line.rstrip(b"\r\n"))
         with self._lock:
             if not self._file.closed:
                 self._file.write(data)

@@ -13,7 +13,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Callable
 
 from .. import schema
-from ..capabilities import NegotiatedCapabilities, update_tag
+from ..capabilities import UPDATE_CAPABILITY, NegotiatedCapabilities, gated_update_tag
 from ..errors import CapabilityError, RequestCancelledError
 from .cancellation import CancelToken
 from .state import ConnectionState
@@ -29,10 +29,10 @@ _DEFAULT: Any = object()
 
 # Calls that wait on a human or on a command: no default timeout (the turn's cancel still
 # wakes them, and max_prompt_duration bounds a whole turn).
+_UNBOUNDED = frozenset({"session/request_permission", "terminal/wait_for_exit", "elicitation/create"})
+
 # Session updates of the unstable schema: sent only after the agent's opt-in.
 _UNSTABLE_UPDATE_TAGS = frozenset({"subagent_update", "session_message", "session_message_chunk"})
-
-_UNBOUNDED = frozenset({"session/request_permission", "terminal/wait_for_exit", "elicitation/create"})
 
 
 class ClientProxy:
@@ -116,10 +116,12 @@ class ClientProxy:
         ``compaction_summary_chunk`` need ``session.compaction``, and the unstable
         ``subagent_update`` / ``session_message*`` need ``subagents`` (and the opt-in).
         """
-        update = notification.update
-        if update_tag(update) in _UNSTABLE_UPDATE_TAGS:
-            self._require_unstable(f"session/update {update_tag(update)!r}")
-        self._state.capabilities.require_update(update)
+        tag = gated_update_tag(notification.update)
+        if tag is not None:  # baseline kinds (chunks, tool calls...) need nothing
+            what = f"session/update {tag!r}"
+            if tag in _UNSTABLE_UPDATE_TAGS:
+                self._require_unstable(what)
+            self._state.capabilities.require(UPDATE_CAPABILITY[tag], what)
         connection = self._state.connection
 
         def emit() -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .. import schema
-from ..capabilities import UPDATE_CAPABILITY, update_tag
+from ..capabilities import UPDATE_CAPABILITY, gated_update_tag
 from ..connection import Connection, InboundCall
 from ..errors import RequestError
 from ._turns import CANCELLED_PERMISSION, TurnTracker
@@ -144,7 +144,7 @@ def _fan_out(
         by_tag[tag] = tuple(fn for kind, fn in kinds if kind == capability)
 
     def handle(notification: schema.SessionNotification) -> None:
-        specific = by_tag.get(update_tag(notification.update) or "", ())
+        specific = by_tag.get(gated_update_tag(notification.update) or "", ())
         for consumer in consumers + specific if specific else consumers:
             try:
                 consumer(notification)

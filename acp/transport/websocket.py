@@ -525,13 +525,19 @@ class WebSocketServer(BackgroundServer):
                 connection_id=connection_id,
                 idle_timeout=self._idle_timeout,
             )
-            try:
-                handle = self._agent.connect(transport)
-            except RuntimeError:  # the agent was closed
+            # Listed before its first message can be answered: under the lock, so `connections`
+            # never misses a connection whose peer already got its initialize answer.
+            with self._lock:
+                try:
+                    handle = self._agent.connect(transport)
+                except RuntimeError:  # the agent was closed
+                    refused = True
+                else:
+                    refused = False
+                    self._handles.add(handle)
+            if refused:
                 ws.close(1001, "agent closed")
                 return
-            with self._lock:
-                self._handles.add(handle)
             _log.debug("%s: serving %s", handle.name, transport.description)
             try:
                 handle.wait_closed()
