@@ -1,9 +1,23 @@
-"""Sans-I/O JSON-RPC 2.0 for ACP: line framing and envelopes. No threads, no sockets.
+"""Sans-I/O JSON-RPC 2.0 for ACP: line framing, envelopes and the session core
+(:class:`Endpoint`). No threads, no asyncio, no sockets, no clock.
 
-This layer imports only :mod:`acp.errors` (and msgspec); the connection engine drives it.
+This layer imports only :mod:`acp.errors`, msgspec and (lazily, to decode typed payloads)
+:mod:`acp.schema`; the runtimes (``acp.connection``, ``acp.aio``) drive it.
 """
 
 from .framing import DEFAULT_MAX_LINE_BYTES, LineFramer, LineTooLong
+from .endpoint import (
+    ANY_DECODER,
+    CANCEL_REQUEST,
+    UNDECODED,
+    Endpoint,
+    Handler,
+    InboundRequest,
+    Pending,
+    ResponseLike,
+    Start,
+    decoder_for,
+)
 from .messages import (
     NO_PARAMS,
     Encoder,
@@ -20,6 +34,16 @@ from .messages import (
 )
 
 __all__ = [
+    "ANY_DECODER",
+    "CANCEL_REQUEST",
+    "UNDECODED",
+    "Endpoint",
+    "Handler",
+    "InboundRequest",
+    "Pending",
+    "ResponseLike",
+    "Start",
+    "decoder_for",
     "DEFAULT_MAX_LINE_BYTES",
     "LineFramer",
     "LineTooLong",

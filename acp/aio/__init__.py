@@ -1,0 +1,5 @@
+"""The asyncio runtime over the same sans-I/O core (:mod:`acp.rpc`) as the threaded one.
+
+Nothing here starts a thread of its own: the event loop's tasks read, dispatch and run
+handlers; a blocking handler runs on an executor, never on the loop.
+"""
