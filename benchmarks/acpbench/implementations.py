@@ -53,6 +53,8 @@ def all_implementations() -> tuple[Implementation, ...]:
                        "import acp.connection, acp.transport"),
         Implementation("ours", "acp Sync*", ours, PEERS / "ours_client.py", ("acp",),
                        "import acp; acp.SyncAgent, acp.SyncClient, acp.PromptContext, acp.schema"),
+        Implementation("ours-async", "acp Async*", ours, PEERS / "ours_async_client.py", ("acp",),
+                       "import acp; acp.AsyncAgent, acp.AsyncClient, acp.AsyncPromptContext, acp.schema"),
         *(_yardstick(preset) for preset in yardstick.PRESETS),
     )
 

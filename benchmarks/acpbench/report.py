@@ -13,8 +13,8 @@ from .measure import Outcome
 from .scenarios import SCENARIOS, Scenario
 
 # (numerator, denominator) pairs shown as ratio columns
-RATIOS = (("ours", "official"), ("ours", "bare"), ("conn", "official"), ("conn", "bare"),
-          ("ours", "yardstick-cork"), ("ours", "yardstick-lf"))
+RATIOS = (("ours", "official"), ("ours-async", "official"), ("ours", "bare"), ("conn", "official"),
+          ("conn", "bare"), ("ours", "yardstick-cork"), ("ours", "yardstick-lf"))
 
 
 class Results:

@@ -19,7 +19,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 SCENARIOS = ("rtt", "stream", "read", "sessions", "concurrent", "startup", "memory")
@@ -262,3 +262,120 @@ _SYNC_SCENARIOS: dict[str, Callable[[SyncBenchClient, int], tuple[dict[str, floa
     "concurrent": _concurrent,
     "memory": _memory,
 }
+
+
+# ---------------------------------------------------------------------- asyncio clients
+
+
+class AsyncBenchClient(Protocol):
+    """What an asyncio client adapter offers the scenario driver (the concurrent scenario runs
+    8 tasks instead of 8 threads)."""
+
+    chunks: ChunkCounter
+    reads: int
+
+    async def initialize(self) -> None: ...
+    async def new_session(self) -> str: ...
+    async def prompt(self, session_id: str, text: str) -> str: ...
+    async def close(self) -> None: ...
+
+
+def run_async(scenario: str, n: int, open_client: Callable[[], Awaitable[AsyncBenchClient]]) -> None:
+    """Run ``scenario`` with an asyncio client adapter (in a new event loop) and emit its figures."""
+    import asyncio
+
+    async def main() -> tuple[dict[str, float], int]:
+        start = time.perf_counter()
+        client = await open_client()
+        try:
+            await client.initialize()
+            if scenario == "startup":
+                return {"startup_ms": (time.perf_counter() - start) * 1000}, 1
+            return await getattr(_AsyncDriver(client), scenario)(n)  # type: ignore[no-any-return]
+        finally:
+            await client.close()
+
+    emit(*asyncio.run(main()))
+
+
+Metrics = tuple[dict[str, float], int]
+
+
+class _AsyncDriver:
+    def __init__(self, client: AsyncBenchClient) -> None:
+        self.client = client
+
+    async def warm(self) -> str:
+        session_id = await self.client.new_session()
+        for _ in range(WARMUP_PROMPTS):
+            await self.client.prompt(session_id, "warm")
+        return session_id
+
+    async def rtt(self, n: int) -> Metrics:
+        session_id = await self.warm()
+        ok = 0
+        cpu = CpuMeter()
+        cpu.start()
+        start = time.perf_counter()
+        for _ in range(n):
+            ok += await self.client.prompt(session_id, "hello") == "end_turn"
+        elapsed = time.perf_counter() - start
+        return {"prompts_per_s": n / elapsed, **cpu.stop(n)}, ok
+
+    async def stream(self, n: int) -> Metrics:
+        session_id = await self.warm()
+        cpu = CpuMeter()
+        cpu.start()
+        start = time.perf_counter()
+        stop = await self.client.prompt(session_id, f"stream {n}")
+        elapsed = time.perf_counter() - start
+        metrics = {"chunks_per_s": n / elapsed, **cpu.stop(n)}
+        chunks = self.client.chunks
+        ok = stop == "end_turn" and chunks.disorder == 0
+        return metrics, chunks.count if ok else -1
+
+    async def read(self, n: int) -> Metrics:
+        session_id = await self.warm()
+        cpu = CpuMeter()
+        cpu.start()
+        start = time.perf_counter()
+        stop = await self.client.prompt(session_id, f"read {n}")
+        elapsed = time.perf_counter() - start
+        metrics = {"reads_per_s": n / elapsed, **cpu.stop(n)}
+        return metrics, self.client.reads if stop == "end_turn" else -1
+
+    async def sessions(self, n: int) -> Metrics:
+        await self.warm()
+        ok = 0
+        cpu = CpuMeter()
+        cpu.start()
+        start = time.perf_counter()
+        for _ in range(n):
+            ok += await self.client.prompt(await self.client.new_session(), "hello") == "end_turn"
+        elapsed = time.perf_counter() - start
+        return {"sessions_per_s": n / elapsed, **cpu.stop(n)}, ok
+
+    async def concurrent(self, n: int) -> Metrics:
+        import asyncio
+
+        await self.warm()
+        sessions = [await self.client.new_session() for _ in range(CONCURRENCY)]
+        shares = [n // CONCURRENCY + (i < n % CONCURRENCY) for i in range(CONCURRENCY)]
+
+        async def worker(session_id: str, share: int) -> int:
+            return sum([await self.client.prompt(session_id, "hello") == "end_turn" for _ in range(share)])
+
+        cpu = CpuMeter()
+        cpu.start()
+        start = time.perf_counter()
+        done = await asyncio.gather(*(worker(s, k) for s, k in zip(sessions, shares, strict=True)))
+        elapsed = time.perf_counter() - start
+        return {"prompts_per_s": n / elapsed, **cpu.stop(n)}, sum(done)
+
+    async def memory(self, n: int) -> Metrics:
+        pid = agent_pid()
+        await self.client.new_session()
+        idle = peak_rss_mib(pid)
+        for _ in range(n - 1):
+            await self.client.new_session()
+        return {"rss_idle_mib": idle, "rss_sessions_mib": peak_rss_mib(pid)}, n

@@ -1,35 +1,22 @@
-"""The client on the official Python SDK, driving official_agent.py; an asyncio mirror of
-``_common.run_sync`` (the concurrent scenario runs 8 tasks instead of 8 threads).
+"""The client on the official Python SDK, driving official_agent.py, run by
+``_common.run_async`` (the concurrent scenario runs 8 tasks instead of 8 threads).
 
 Runs in benchmarks/.venv-official, where ``acp`` is that SDK, not ours.
 """
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-from _common import (
-    CONCURRENCY,
-    CWD,
-    FILE_CONTENT,
-    WARMUP_PROMPTS,
-    ChunkCounter,
-    CpuMeter,
-    agent_pid,
-    emit,
-    parse_args,
-    peak_rss_mib,
-)
+from _common import CWD, FILE_CONTENT, ChunkCounter, parse_args, run_async
 
 from acp import PROTOCOL_VERSION, ReadTextFileResponse, spawn_agent_process, text_block
 from acp.schema import ClientCapabilities, FileSystemCapabilities
 
 AGENT = str(Path(__file__).with_name("official_agent.py"))
-Metrics = tuple[dict[str, float], int]
 
 
 class BenchClient:
@@ -45,10 +32,26 @@ class BenchClient:
         return ReadTextFileResponse(content=FILE_CONTENT)
 
 
-class Driver:
-    def __init__(self, conn: Any, client: BenchClient) -> None:
-        self.conn = conn
-        self.client = client
+class Adapter:
+    """The official SDK's connection behind _common.AsyncBenchClient."""
+
+    def __init__(self) -> None:
+        self.client = BenchClient()
+        self.chunks = self.client.chunks
+        self.stack = contextlib.AsyncExitStack()
+        self.conn: Any = None
+
+    async def open(self) -> Adapter:
+        self.conn, _process = await self.stack.enter_async_context(spawn_agent_process(self.client, sys.executable, AGENT))
+        return self
+
+    @property
+    def reads(self) -> int:
+        return self.client.reads
+
+    async def initialize(self) -> None:
+        capabilities = ClientCapabilities(fs=FileSystemCapabilities(read_text_file=True, write_text_file=False))
+        await self.conn.initialize(protocol_version=PROTOCOL_VERSION, client_capabilities=capabilities)
 
     async def new_session(self) -> str:
         return str((await self.conn.new_session(cwd=CWD, mcp_servers=[])).session_id)
@@ -56,92 +59,9 @@ class Driver:
     async def prompt(self, session_id: str, text: str) -> str:
         return str((await self.conn.prompt(session_id=session_id, prompt=[text_block(text)])).stop_reason)
 
-    async def warm(self) -> str:
-        session_id = await self.new_session()
-        for _ in range(WARMUP_PROMPTS):
-            await self.prompt(session_id, "warm")
-        return session_id
-
-    async def rtt(self, n: int) -> Metrics:
-        session_id = await self.warm()
-        ok = 0
-        cpu = CpuMeter()
-        cpu.start()
-        start = time.perf_counter()
-        for _ in range(n):
-            ok += await self.prompt(session_id, "hello") == "end_turn"
-        elapsed = time.perf_counter() - start
-        return {"prompts_per_s": n / elapsed, **cpu.stop(n)}, ok
-
-    async def stream(self, n: int) -> Metrics:
-        session_id = await self.warm()
-        cpu = CpuMeter()
-        cpu.start()
-        start = time.perf_counter()
-        stop = await self.prompt(session_id, f"stream {n}")
-        elapsed = time.perf_counter() - start
-        metrics = {"chunks_per_s": n / elapsed, **cpu.stop(n)}
-        chunks = self.client.chunks
-        ok = stop == "end_turn" and chunks.disorder == 0
-        return metrics, chunks.count if ok else -1
-
-    async def read(self, n: int) -> Metrics:
-        session_id = await self.warm()
-        cpu = CpuMeter()
-        cpu.start()
-        start = time.perf_counter()
-        stop = await self.prompt(session_id, f"read {n}")
-        elapsed = time.perf_counter() - start
-        metrics = {"reads_per_s": n / elapsed, **cpu.stop(n)}
-        return metrics, self.client.reads if stop == "end_turn" else -1
-
-    async def sessions(self, n: int) -> Metrics:
-        await self.warm()
-        ok = 0
-        cpu = CpuMeter()
-        cpu.start()
-        start = time.perf_counter()
-        for _ in range(n):
-            ok += await self.prompt(await self.new_session(), "hello") == "end_turn"
-        elapsed = time.perf_counter() - start
-        return {"sessions_per_s": n / elapsed, **cpu.stop(n)}, ok
-
-    async def concurrent(self, n: int) -> Metrics:
-        await self.warm()
-        sessions = [await self.new_session() for _ in range(CONCURRENCY)]
-        shares = [n // CONCURRENCY + (i < n % CONCURRENCY) for i in range(CONCURRENCY)]
-
-        async def worker(session_id: str, share: int) -> int:
-            return sum([await self.prompt(session_id, "hello") == "end_turn" for _ in range(share)])
-
-        cpu = CpuMeter()
-        cpu.start()
-        start = time.perf_counter()
-        done = await asyncio.gather(*(worker(s, k) for s, k in zip(sessions, shares, strict=True)))
-        elapsed = time.perf_counter() - start
-        return {"prompts_per_s": n / elapsed, **cpu.stop(n)}, sum(done)
-
-    async def memory(self, n: int) -> Metrics:
-        pid = agent_pid()
-        await self.new_session()
-        idle = peak_rss_mib(pid)
-        for _ in range(n - 1):
-            await self.new_session()
-        return {"rss_idle_mib": idle, "rss_sessions_mib": peak_rss_mib(pid)}, n
-
-
-async def main(scenario: str, n: int) -> None:
-    client = BenchClient()
-    start = time.perf_counter()
-    async with spawn_agent_process(client, sys.executable, AGENT) as (conn, _process):
-        capabilities = ClientCapabilities(fs=FileSystemCapabilities(read_text_file=True, write_text_file=False))
-        await conn.initialize(protocol_version=PROTOCOL_VERSION, client_capabilities=capabilities)
-        if scenario == "startup":
-            metrics: Metrics = ({"startup_ms": (time.perf_counter() - start) * 1000}, 1)
-        else:
-            metrics = await getattr(Driver(conn, client), scenario)(n)
-    emit(*metrics)
+    async def close(self) -> None:
+        await self.stack.aclose()
 
 
 if __name__ == "__main__":
-    asyncio.run(main(*parse_args()))
+    run_async(*parse_args(), lambda: Adapter().open())

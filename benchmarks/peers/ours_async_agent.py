@@ -1,0 +1,49 @@
+"""The agent on our asyncio facade: acp.AsyncAgent (async def handlers on the event loop)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from _common import FILE_CONTENT, READ_PATH, agent_reply
+
+import acp
+from acp import schema
+
+sessions: dict[str, str] = {}
+
+
+async def new_session(request: schema.NewSessionRequest, ctx: object) -> schema.NewSessionResponse:
+    session_id = f"s{len(sessions) + 1}"
+    sessions[session_id] = request.cwd
+    return schema.NewSessionResponse(session_id=session_id)
+
+
+async def prompt(request: schema.PromptRequest, ctx: acp.AsyncPromptContext) -> str | None:
+    block = request.prompt[0]
+    assert isinstance(block, schema.TextContent)
+    action, n = agent_reply(block.text)
+    if action == "stream":
+        send = ctx.send_message
+        for i in range(n):
+            send(str(i))
+    elif action == "read":
+        read = ctx.read_file
+        for _ in range(n):
+            if len(await read(READ_PATH)) != len(FILE_CONTENT):
+                return "refusal"
+    return "end_turn"
+
+
+async def main() -> None:
+    agent = (
+        acp.AsyncAgent.builder()
+        .agent_info(name="bench", version="1")
+        .new_session_handler(new_session)
+        .prompt_handler(prompt)
+        .build()
+    )
+    await agent.serve_stdio()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
