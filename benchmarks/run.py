@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from acpbench import measure, official_venv, report, yardstick
+from acpbench import installed, measure, official_venv, report, yardstick
 from acpbench.implementations import BY_NAME as IMPLEMENTATIONS
 from acpbench.scenarios import BY_NAME as SCENARIOS
 from acpbench.scenarios import Scenario
@@ -37,8 +37,10 @@ def parse_args() -> argparse.Namespace:
                         help="measure only this implementation (repeatable)")
     parser.add_argument("--runs", type=int, help="interleaved runs per scenario (default 5; --quick 1)")
     parser.add_argument("-n", type=int, help="override every scenario's size")
-    parser.add_argument("--setup", action="store_true", help="install the official SDK's venv if missing")
-    parser.add_argument("--setup-only", action="store_true", help="install the official SDK's venv and exit")
+    parser.add_argument("--setup", action="store_true",
+                        help="install the official SDK's venv if missing, and this checkout (non-editable) in "
+                             "benchmarks/.venv-installed if missing or stale")
+    parser.add_argument("--setup-only", action="store_true", help="do what --setup does, and exit")
     parser.add_argument("--json", type=Path, default=RESULTS, help=f"where to write the results ({RESULTS})")
     return parser.parse_args()
 
@@ -60,6 +62,7 @@ def main() -> None:
     args = parse_args()
     if args.setup or args.setup_only:
         official_venv.ensure()
+        installed.ensure()
         if args.setup_only:
             return
     scenarios = [SCENARIOS[name] for name in args.only] if args.only else list(SCENARIOS.values())
@@ -94,6 +97,7 @@ def main() -> None:
         "runs": runs,
         "quick": args.quick,
         "official_sdk": official_venv.version(),
+        "ours_install": installed.describe(),
         "implementations": {i: IMPLEMENTATIONS[i].label for i in impls},
         "yardstick": yardstick.missing() or str(yardstick.directory()),
         "cpu": "client_cpu_us / agent_cpu_us: user+sys CPU time (all threads) of each process over the "
@@ -102,7 +106,8 @@ def main() -> None:
         "elapsed_s": round(elapsed, 1),
     }
     report.write_json(args.json, results, meta)
-    print(f"\n{runs} interleaved run(s) in {elapsed:.0f} s; medians shown; JSON: {args.json}")
+    print(f"\n{runs} interleaved run(s) in {elapsed:.0f} s; medians shown; ours ran on the {installed.describe()}; "
+          f"JSON: {args.json}")
     if results.errors:
         sys.exit(1)
 

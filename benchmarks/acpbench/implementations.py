@@ -5,10 +5,11 @@ interpreter that runs it, and what its ``import`` scenario imports; or a yardsti
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import official_venv, yardstick
+from . import installed, official_venv, yardstick
 
 PEERS = Path(__file__).resolve().parent.parent / "peers"
 
@@ -17,11 +18,15 @@ PEERS = Path(__file__).resolve().parent.parent / "peers"
 class Implementation:
     name: str
     label: str
-    python: Path
+    interpreter: Callable[[], Path]  # looked up at each use: `make bench` may install ours first
     client: Path
     imports: tuple[str, ...]  # import scenario: `import <these>` (the -X importtime cumulative)
     ready: str  # import scenario: a statement that loads what an agent and a client need
     preset: str | None = None  # a yardstick pair with this PROTO_VARIANT
+
+    @property
+    def python(self) -> Path:
+        return self.interpreter()
 
     def missing(self) -> str | None:
         """Why this implementation cannot run here (None: it can)."""
@@ -36,18 +41,22 @@ class Implementation:
         return self.preset is None or scenario in yardstick.SCENARIOS
 
 
+def _this_python() -> Path:
+    return Path(sys.executable)
+
+
 def _yardstick(preset: str) -> Implementation:
     where = yardstick.directory()
-    return Implementation(f"yardstick-{preset}", f"yardstick {preset}", Path(sys.executable), where / "client.py",
+    return Implementation(f"yardstick-{preset}", f"yardstick {preset}", _this_python, where / "client.py",
                           (), "", preset=preset)
 
 
 def all_implementations() -> tuple[Implementation, ...]:
-    ours = Path(sys.executable)
+    ours = installed.python  # a regular install of this checkout when `make bench` set one up
     return (
-        Implementation("bare", "bare msgspec", ours, PEERS / "bare_client.py", ("msgspec",),
+        Implementation("bare", "bare msgspec", _this_python, PEERS / "bare_client.py", ("msgspec",),
                        "import msgspec"),
-        Implementation("official", "official SDK", official_venv.PYTHON, PEERS / "official_client.py",
+        Implementation("official", "official SDK", lambda: official_venv.PYTHON, PEERS / "official_client.py",
                        ("acp",), "import acp; acp.run_agent, acp.connect_to_agent, acp.schema"),
         Implementation("conn", "acp.connection", ours, PEERS / "conn_client.py", ("acp.connection",),
                        "import acp.connection, acp.transport"),
