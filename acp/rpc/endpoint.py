@@ -49,7 +49,17 @@ from ..errors import (
     ConnectionClosedError,
     RequestError,
 )
-from .messages import Encoder, ErrorObject, ErrorResponse, Invalid, Notification, Request, RequestId, Response, decode_payload
+from .messages import (
+    Encoder,
+    ErrorObject,
+    ErrorResponse,
+    Invalid,
+    Notification,
+    Request,
+    RequestId,
+    Response,
+    decode_payload,
+)
 
 __all__ = [
     "ANY_DECODER",
