@@ -1,7 +1,12 @@
 """The blocking JSON-RPC engine over one transport. Threads live here (and in the executor).
 
 One :class:`Connection` serves both ACP roles; ``SyncAgent`` and ``SyncClient`` are typed
-facades over it.
+facades over it. The JSON-RPC state and rules (ids, pending calls, inbound requests and their
+answer-once claim, refusals, ``$/cancel_request``, bad input, payload decoding) are one
+sans-I/O :class:`acp.rpc.Endpoint`; this module adds what threads need: the reader, the
+ordered dispatcher, the executor hand-off and leader/follower, write batching, the clock,
+backpressure and close. Ordinary notifications never enter the core on the hot path: the
+reader batches them and the dispatcher calls their handler itself.
 
 Threads and who does what::
 
