@@ -224,7 +224,8 @@ class Connection:
         self._framer = rpc.LineFramer(max_message_bytes)
         # The protocol state, shared by every thread (see the thread contract in acp.rpc.endpoint).
         self._endpoint = ep = rpc.Endpoint(functools.partial(InboundCall, self), name)
-        # Outbound calls waiting for an answer: the core's table (read directly on hot paths).
+        # Outbound calls waiting for an answer: the core's table, under its old name (tests
+        # and debugging look at it).
         self._pending = ep.pending
         # notify() encodes here instead of through the core (one call less per notification;
         # msgspec encoders may be shared by threads).
