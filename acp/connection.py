@@ -1,7 +1,12 @@
 """The blocking JSON-RPC engine over one transport. Threads live here (and in the executor).
 
 One :class:`Connection` serves both ACP roles; ``SyncAgent`` and ``SyncClient`` are typed
-facades over it.
+facades over it. The JSON-RPC state and rules (ids, pending calls, inbound requests and their
+answer-once claim, refusals, ``$/cancel_request``, bad input, payload decoding) are one
+sans-I/O :class:`acp.rpc.Endpoint`; this module adds what threads need: the reader, the
+ordered dispatcher, the executor hand-off and leader/follower, write batching, the clock,
+backpressure and close. Ordinary notifications never enter the core on the hot path: the
+reader batches them and the dispatcher calls their handler itself.
 
 Threads and who does what::
 
@@ -33,27 +38,23 @@ notification handler waits for an answer, the reader reads regardless.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Executor, Future
 from queue import SimpleQueue
-from typing import Any, Protocol, Union
+from typing import Any, Protocol, cast
 
 import msgspec
 
 from . import rpc
 from .errors import (
     INTERNAL_ERROR,
-    INVALID_PARAMS,
-    INVALID_REQUEST,
-    METHOD_NOT_FOUND,
-    PARSE_ERROR,
-    REQUEST_CANCELLED,
     AcpError,
     ConnectionClosedError,
     RequestCancelledError,
@@ -77,7 +78,7 @@ __all__ = [
 _log = logging.getLogger("acp.connection")
 
 DEFAULT_REQUEST_TIMEOUT = 60.0
-CANCEL_REQUEST = "$/cancel_request"
+CANCEL_REQUEST = rpc.CANCEL_REQUEST
 #: Messages the reader lets wait for the dispatcher before it stops reading (backpressure).
 MAX_QUEUED_MESSAGES = 10_000
 _FLUSH_DELAY = 0.001  # batched notifications reach the wire within this bound
@@ -101,24 +102,6 @@ class CancelSource(Protocol):
 _USE_DEFAULT: Any = object()
 
 
-def _decoder_for(tp: Any) -> Any:
-    """A decoder with ``.decode(raw)`` for a params/result type (None: plain JSON values)."""
-    if tp is None:
-        return _ANY_DECODER
-    decoder = _DECODERS.get(tp)
-    if decoder is None:
-        from . import schema  # imported late: the engine itself never needs the types
-
-        decoder = _DECODERS[tp] = schema.decoder(tp)
-    return decoder
-
-
-_DECODERS: dict[Any, Any] = {}
-
-
-_ANY_DECODER = msgspec.json.Decoder()
-
-
 class TimerHandle:
     """A callback scheduled with :meth:`Connection.call_later`."""
 
@@ -133,7 +116,7 @@ class TimerHandle:
         self.cancelled = True
 
 
-class InboundCall:
+class InboundCall(rpc.InboundRequest):
     """One inbound request while its handler runs: its id, method and cancellation state.
 
     ``cancelled`` is set when the peer sends ``$/cancel_request`` for it, when the input ends
@@ -143,14 +126,11 @@ class InboundCall:
     (:attr:`is_answered` tells).
     """
 
-    __slots__ = ("connection", "id", "method", "attachment", "_cancelled", "_callbacks")
+    __slots__ = ("connection", "_cancelled", "_callbacks")
 
     def __init__(self, connection: Connection, call_id: rpc.RequestId, method: str) -> None:
+        super().__init__(call_id, method)
         self.connection = connection
-        self.id = call_id
-        self.method = method
-        self.attachment: Any = None
-        """Free for the facade: e.g. what an arrival hook set up for the handler."""
         self._cancelled: threading.Event | None = None
         self._callbacks: list[Callable[[], None]] | None = None
 
@@ -171,12 +151,6 @@ class InboundCall:
         event = self._cancelled
         return event is not None and event.is_set()
 
-    @property
-    def is_answered(self) -> bool:
-        """True once the request was answered, or can no longer be: the engine answered a
-        ``$/cancel_request`` for it, or the connection closed."""
-        return self.connection._inbound.get(self.id) is not self
-
     def on_cancel(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` when the request is cancelled (at once if it already is)."""
         with self.connection._state_lock:
@@ -194,18 +168,12 @@ class InboundCall:
         or the connection closed). Exactly one answer ever goes out: whatever the handler
         returns afterwards is dropped (logged at DEBUG).
         """
-        if not self.connection._claim(self):
-            return False
-        self.connection._write_result(self, result)
-        return True
+        return self.connection._answer(self, result)
 
     def answer_error(self, code: int, message: str | None = None, data: Any = None) -> bool:
         """Answer the request with an error now; False (nothing sent) if it was already answered."""
-        if not self.connection._claim(self):
-            return False
-        error = RequestError(code, message, data)
-        self.connection._answer_error(self.id, error.code, error.message, error.data)
-        return True
+        connection = self.connection
+        return connection._write_answer(connection._endpoint.answer_error(self, code, message, data))
 
     def _cancel(self) -> None:
         with self.connection._state_lock:
@@ -222,64 +190,10 @@ class InboundCall:
                 _log.exception("on_cancel callback failed for %s", self.method)
 
 
-class _Handler:
-    __slots__ = ("fn", "params_type", "decode", "notification", "immediate", "on_arrival")
-
-    def __init__(
-        self,
-        fn: Callable[..., Any],
-        params_type: Any,
-        notification: bool,
-        immediate: bool,
-        on_arrival: Callable[[Any, InboundCall], None] | None = None,
-    ) -> None:
-        self.fn = fn
-        self.on_arrival = on_arrival
-        self.params_type = params_type
-        self.notification = notification
-        self.immediate = immediate
-        # Replaced by the real decode function on first use (decoders cost time to build).
-        self.decode: Callable[[msgspec.Raw], Any] = self._first_decode
-
-    def _first_decode(self, raw: msgspec.Raw) -> Any:
-        decoder = _decoder_for(self.params_type)
-        if self.params_type is None:
-            any_decode = decoder.decode
-            self.decode = lambda raw: any_decode(raw) if raw else None
-        else:
-            self.decode = lambda raw: rpc.decode_payload(raw, decoder)
-        return self.decode(raw)
-
-
-class _Pending:
-    """An outbound request waiting for its answer.
-
-    The waiter is a pre-acquired lock (cheaper than an Event or a Future); Future-style calls
-    carry a Future instead.
-    """
-
-    __slots__ = ("id", "method", "result_type", "lock", "future", "raw", "error", "serial")
-
-    def __init__(self, msg_id: int, method: str, result_type: Any, future: Future[Any] | None, serial: bool) -> None:
-        self.id = msg_id
-        self.method = method
-        self.result_type = result_type
-        self.future = future
-        self.serial = serial  # sent from a notification handler: complete without waiting
-        self.raw: msgspec.Raw | None = None
-        self.error: BaseException | None = None
-        if future is None:
-            self.lock: threading.Lock | None = threading.Lock()
-            self.lock.acquire()
-        else:
-            self.lock = None
-
-
-_ResponseLike = Union[rpc.Response, rpc.ErrorResponse]
-# A registered inbound request ready to run: (call, handler or None for the fallback, raw params).
-_Start = tuple["InboundCall", Union["_Handler", None], msgspec.Raw, Any]
-# The 4th member of a _Start until the params are decoded (the arrival hook decodes early).
-_UNDECODED: Any = object()
+def _cancel_all(calls: Iterable[rpc.InboundRequest]) -> None:
+    """Set ``cancelled`` on calls the core handed back (all of them are InboundCalls)."""
+    for call in calls:
+        cast(InboundCall, call)._cancel()
 
 
 class Connection:
@@ -288,6 +202,10 @@ class Connection:
     Register handlers with :meth:`on_request` / :meth:`on_notification`, then :meth:`start`.
     ``executor`` runs request handlers; by default the connection owns a :class:`HandlerPool`
     (shut down on close). A user-supplied executor is never shut down by the connection.
+
+    The protocol state (ids, pending calls, inbound requests, answer-once, refusals, payload
+    decoding) is one :class:`acp.rpc.Endpoint`; this class adds the threads, the queue, the
+    clock and the writes around it.
     """
 
     def __init__(
@@ -304,6 +222,13 @@ class Connection:
         self.name = name
         self.request_timeout = request_timeout
         self._framer = rpc.LineFramer(max_message_bytes)
+        # The protocol state, shared by every thread (see the thread contract in acp.rpc.endpoint).
+        self._endpoint = ep = rpc.Endpoint(functools.partial(InboundCall, self), name)
+        # Outbound calls waiting for an answer: the core's table, under its old name (tests
+        # and debugging look at it).
+        self._pending = ep.pending
+        # notify() encodes here instead of through the core (one call less per notification;
+        # msgspec encoders may be shared by threads).
         self._encoder = rpc.Encoder()
         if isinstance(wire_tap, (str, os.PathLike)):
             from .wiretap import JsonlWireTap
@@ -314,9 +239,6 @@ class Connection:
         else:
             owned_tap_close = None
         self._wire_tap: WireTap | None = wire_tap
-        self._handlers: dict[str, _Handler] = {}
-        self._fallback_request: Callable[[str, Any, InboundCall], Any] | None = None
-        self._fallback_notification: Callable[[str, Any], None] | None = None
 
         self._own_executor = executor is None
         self._executor: Executor = executor if executor is not None else HandlerPool(
@@ -329,9 +251,7 @@ class Connection:
         # Leader/follower needs threads we own: a user's executor only ever runs handlers.
         self._leader_follower = self._own_executor
 
-        self._ids = itertools.count(1)
-        self._pending: dict[int, _Pending] = {}
-        self._inbound: dict[rpc.RequestId, InboundCall] = {}
+        # Guards the runtime's own state: cancel events and callbacks, _running, close().
         self._state_lock = threading.Lock()
 
         self._queue: SimpleQueue[list[Any] | None] = SimpleQueue()
@@ -362,9 +282,6 @@ class Connection:
         self._timer_seq = itertools.count()
 
         self._started = False
-        self._eof = False  # no more input: pending calls failed, new calls refused
-        self._closing = False  # graceful close: new inbound requests refused
-        self._closed = False
         self._running = 0  # request handlers running (guarded by _state_lock)
         self._idle = threading.Condition(self._state_lock)
         self._idle_waiters = 0  # threads in wait_closed / graceful close (guarded by the lock)
@@ -398,9 +315,7 @@ class Connection:
         a following notification must find (a prompt turn that a ``session/cancel`` read in
         the same chunk cancels).
         """
-        self._handlers[method] = _Handler(
-            handler, params_type, notification=False, immediate=False, on_arrival=on_arrival
-        )
+        self._endpoint.on_request(method, handler, params_type, on_arrival)
 
     def on_notification(
         self,
@@ -415,15 +330,15 @@ class Connection:
         ``immediate=True`` runs the handler on the reader thread as soon as the notification
         arrives (for cancellation); such a handler must not block.
         """
-        self._handlers[method] = _Handler(handler, params_type, notification=True, immediate=immediate)
+        self._endpoint.on_notification(method, handler, params_type, immediate)
 
     def on_unknown_request(self, handler: Callable[[str, Any, InboundCall], Any]) -> None:
         """Handle requests no method handler matches: ``handler(method, params, call)``."""
-        self._fallback_request = handler
+        self._endpoint.fallback_request = handler
 
     def on_unknown_notification(self, handler: Callable[[str, Any], None]) -> None:
         """Handle notifications no method handler matches: ``handler(method, params)``."""
-        self._fallback_notification = handler
+        self._endpoint.fallback_notification = handler
 
     def on_close(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` once when the input ends or the connection closes."""
@@ -449,7 +364,7 @@ class Connection:
     @property
     def is_closed(self) -> bool:
         """True once the input ended or close() was called."""
-        return self._eof or self._closed
+        return not self._endpoint.can_send
 
     def __enter__(self) -> Connection:
         return self.start()
@@ -478,12 +393,12 @@ class Connection:
         for. Either way close waits about ``timeout`` at most, in all.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        if graceful and not self._closed and self._started:
-            self._closing = True
+        ep = self._endpoint
+        if graceful and not ep.closed and self._started:
             # Cancelled first, so handlers blocked on a user or a peer give up now instead of
             # at the end of the wait; their answers still go out.
-            self._cancel_inbound()
-            if not self._eof:
+            _cancel_all(ep.start_closing())
+            if not ep.eof:
                 self._queue.put([_DRAIN_MARK])  # dispatcher flags the drain when it gets here
             self._drain_done.wait(_remaining(deadline))
             with self._idle:
@@ -494,20 +409,18 @@ class Connection:
                     self._idle_waiters -= 1
             self._flush()
         with self._state_lock:
-            if self._closed:
+            if ep.closed:
                 return
-            self._closed = True
-            inbound = list(self._inbound.values())
-            self._inbound.clear()
-        for call in inbound:
-            call._cancel()
+            # Every inbound request is taken as answered, every pending call taken to fail.
+            inbound, pending = ep.close()
+        _cancel_all(inbound)
         try:
             self._flush()
         except AcpError:
             pass
         self._transport.close()
         self._release_reader()
-        self._fail_pending(ConnectionClosedError("connection closed"))
+        self._fail(pending)
         self._queue.put(None)
         with self._house_cond:
             self._house_cond.notify()
@@ -538,10 +451,7 @@ class Connection:
     def _cancel_inbound(self) -> None:
         """Set every inbound call's ``cancelled`` (the peer is gone, or we are closing); the
         calls stay answerable."""
-        with self._state_lock:
-            inbound = list(self._inbound.values())
-        for call in inbound:
-            call._cancel()
+        _cancel_all(list(self._endpoint.inbound.values()))  # one C-level copy: atomic
 
     # ------------------------------------------------------------------ outbound calls
 
@@ -564,22 +474,23 @@ class Connection:
         """
         if timeout is _USE_DEFAULT:
             timeout = self.request_timeout
-        pending = self._register(method, result_type, None)
+        # The waiter is a pre-acquired lock (cheaper than an Event or a Future).
+        lock = threading.Lock()
+        lock.acquire()
+        pending = self._register(method, result_type, lock)
         self._send_request(pending, params)
         # Cancelling abandons the call like cancel_request(): the waiter below wakes at once.
         forget = cancel.on_cancel(lambda: self.cancel_request(pending.id)) if cancel is not None else None
-        lock = pending.lock
-        assert lock is not None
         try:
             if not lock.acquire(timeout=-1 if timeout is None else timeout):
-                if self._pending.pop(pending.id, None) is not None:
+                if self._endpoint.abandon(pending.id) is not None:
                     self._send_cancel(pending.id)
                     raise RequestTimeoutError(f"{method}: no answer within {timeout} s")
                 lock.acquire()  # the answer is being delivered right now: take it
         finally:
             if forget is not None:
                 forget()
-        return self._outcome(pending)
+        return self._endpoint.outcome(pending)
 
     def request_future(
         self,
@@ -598,17 +509,18 @@ class Connection:
             timeout = self.request_timeout
         future: Future[Any] = Future()
         pending = self._register(method, result_type, future)
-        future.add_done_callback(lambda f: self._abandon(pending) if f.cancelled() else None)
+        msg_id = pending.id
+        future.add_done_callback(lambda f: self._give_up(msg_id, None) if f.cancelled() else None)
         if timeout is not None:
-            msg_id = pending.id
-            self.call_later(timeout, lambda: self._expire(msg_id))
+            self.call_later(timeout, lambda: self._give_up(msg_id, RequestTimeoutError))
         self._send_request(pending, params)
         return future
 
     def notify(self, method: str, params: Any = None) -> None:
         """Send a notification. Writes may be batched briefly (flushed within 1 ms, and always
         before the next request or response), so order on the wire is unchanged."""
-        if self._eof or self._closed:
+        ep = self._endpoint
+        if ep.eof or ep.closed:
             raise ConnectionClosedError("connection closed")
         line = self._encoder.notification(method, params)
         if self._wire_tap is not None:
@@ -626,103 +538,83 @@ class Connection:
     def cancel_request(self, msg_id: int) -> None:
         """Abandon an outbound request: the peer gets ``$/cancel_request``, the caller
         :class:`RequestCancelledError`."""
-        pending = self._pending.pop(msg_id, None)
-        if pending is not None:
-            self._send_cancel(msg_id)
-            self._complete(pending, None, RequestCancelledError(f"{pending.method}: cancelled"))
+        self._give_up(msg_id, RequestCancelledError)
 
-    def _register(self, method: str, result_type: Any, future: Future[Any] | None) -> _Pending:
+    def _register(self, method: str, result_type: Any, waiter: threading.Lock | Future[Any]) -> rpc.Pending:
         if self._parked is not None:
             # A handler running on the parked reader is about to wait for an answer that
             # only a reader can deliver.
             self._unpark(threading.get_ident())
-        if self._eof or self._closed or not self._started:
-            raise ConnectionClosedError("connection closed" if self._started else "connection not started")
-        msg_id = next(self._ids)
+        if not self._started:
+            raise ConnectionClosedError("connection not started")
         serial = getattr(self._tls, "serial", False)
-        pending = _Pending(msg_id, method, result_type, future, serial)
+        pending = self._endpoint.register(method, result_type, waiter, serial)
         if serial:
             # A notification handler (on the dispatcher) will wait for this answer: the reader
             # must not be held for the backlog, or nobody would ever read it.
             self._dispatcher_asked = True
             if self._reader_held:
                 self._release_reader()
-        self._pending[msg_id] = pending
-        # close/EOF sets its flag before failing what is pending: re-check so nothing is missed.
-        if (self._eof or self._closed) and self._pending.pop(msg_id, None) is not None:
-            raise ConnectionClosedError("connection closed")
         return pending
 
-    def _send_request(self, pending: _Pending, params: Any) -> None:
+    def _send_request(self, pending: rpc.Pending, params: Any) -> None:
+        line = self._endpoint.request_line(pending, params)  # forgets the call if it raises
         try:
-            line = self._encoder.request(pending.id, pending.method, params)
             self._write(line)
-        except BaseException:  # closed, or params that cannot be encoded: nothing pending
-            self._pending.pop(pending.id, None)
+        except BaseException:  # closed: nothing pending
+            self._endpoint.abandon(pending.id)
             raise
 
     def _send_cancel(self, msg_id: int) -> None:
-        try:
-            self.notify(CANCEL_REQUEST, {"requestId": msg_id})
-        except ConnectionClosedError:
-            pass
+        line = self._endpoint.cancel_line(msg_id)
+        if line is not None:
+            self._write_answer(line)  # written at once (after any batched notifications)
 
-    def _abandon(self, pending: _Pending) -> None:
-        if self._pending.pop(pending.id, None) is not None:
-            self._send_cancel(pending.id)
+    def _give_up(self, msg_id: int, error: type[AcpError] | None) -> None:
+        """Abandon a call (cancelled or timed out): if it was still pending, tell the peer and
+        fail the caller with ``error`` (None: a cancelled Future, already done)."""
+        pending = self._endpoint.abandon(msg_id)
+        if pending is None:
+            return  # answered, failed or abandoned already: whoever took it completed it
+        self._send_cancel(msg_id)
+        if error is not None:
+            reason = "no answer in time" if error is RequestTimeoutError else "cancelled"
+            self._complete(pending, None, error(f"{pending.method}: {reason}"))
 
-    def _outcome(self, pending: _Pending) -> Any:
-        if pending.error is not None:
-            raise pending.error
-        raw = pending.raw
-        assert raw is not None
-        return self._decode_result(pending, raw)
-
-    def _decode_result(self, pending: _Pending, raw: msgspec.Raw) -> Any:
-        if pending.result_type is None:
-            return _ANY_DECODER.decode(raw)
-        try:
-            return rpc.decode_payload(raw, _decoder_for(pending.result_type))
-        except msgspec.ValidationError as exc:
-            raise RequestError(INTERNAL_ERROR, f"{pending.method}: malformed result: {exc}") from None
-
-    def _complete(self, pending: _Pending, raw: msgspec.Raw | None, error: BaseException | None) -> None:
-        future = pending.future
-        if future is None:
+    def _complete(self, pending: rpc.Pending, raw: msgspec.Raw | None, error: BaseException | None) -> None:
+        waiter = pending.waiter
+        if type(waiter) is not Future:
             pending.raw = raw
             pending.error = error
-            assert pending.lock is not None
-            pending.lock.release()
+            waiter.release()
             return
-        if not future.set_running_or_notify_cancel():
+        if not waiter.set_running_or_notify_cancel():
             return
         if error is not None:
-            future.set_exception(error)
+            waiter.set_exception(error)
             return
         assert raw is not None
         try:
-            future.set_result(self._decode_result(pending, raw))
+            waiter.set_result(self._endpoint.decode_result(pending, raw))
         except RequestError as exc:
-            future.set_exception(exc)
+            waiter.set_exception(exc)
 
-    def _complete_response(self, msg: _ResponseLike) -> None:
-        pending = self._pending.pop(msg.id, None) if isinstance(msg.id, int) else None
+    def _complete_response(self, msg: rpc.ResponseLike) -> None:
+        pending = self._endpoint.take(msg.id)
         if pending is None:
-            _log.debug("%s: dropped an answer to unknown or abandoned request %r", self.name, msg.id)
             return
-        if isinstance(msg, rpc.Response):
+        if type(msg) is rpc.Response:
             self._complete(pending, msg.result, None)
         else:
-            err = msg.error
-            self._complete(pending, None, RequestError(err.code, err.message, err.data))
+            assert isinstance(msg, rpc.ErrorResponse)
+            self._complete(pending, None, rpc.Endpoint.response_error(msg))
 
-    def _fail_pending(self, error: AcpError) -> None:
-        while self._pending:
-            try:
-                _, pending = self._pending.popitem()
-            except KeyError:
-                break
-            self._complete(pending, None, error)
+    def _fail(self, taken: list[rpc.Pending]) -> None:
+        """Fail calls the core took from the pending table (end of input, close)."""
+        if taken:
+            error = self._endpoint.closed_error()
+            for pending in taken:
+                self._complete(pending, None, error)
 
     # ------------------------------------------------------------------ writing
 
@@ -749,43 +641,25 @@ class Connection:
             self._wbuf_size = 0
             self._transport.write(data)
 
-    def _claim(self, call: InboundCall) -> bool:
-        """Take ``call`` out of the inbound table if it is still there: True for exactly one
-        caller, so each request is answered once. Identity-checked under the lock, so a newer
-        request that reuses the id is never taken by mistake."""
-        with self._state_lock:
-            if self._inbound.get(call.id) is not call:
-                return False
-            del self._inbound[call.id]
-            return True
+    def _answer(self, call: rpc.InboundRequest, result: Any) -> bool:
+        """Answer ``call`` with ``result`` unless it was answered already (the facades use it
+        to answer on behalf of a still-running handler)."""
+        return self._write_answer(self._endpoint.answer(call, result))
 
-    def _answer(self, call: InboundCall, result: Any) -> None:
-        if not self._claim(call):
-            _log.debug("%s: %s answered after it was cancelled or answered; dropped", self.name, call.method)
-            return
-        self._write_result(call, result)
-
-    def _write_result(self, call: InboundCall, result: Any) -> None:
-        try:
-            line = self._encoder.response(call.id, result)
-        except Exception as exc:  # TypeError, EncodeError, RecursionError (nested too deeply)...
-            _log.error("%s: %s returned a value that cannot be encoded: %r", self.name, call.method, exc)
-            line = self._encoder.error(call.id, INTERNAL_ERROR, "Internal error")
-        self._write_answer(line)
-
-    def _answer_error(self, call_id: rpc.RequestId | None, code: int, message: str, data: Any = None) -> None:
-        try:
-            line = self._encoder.error(call_id, code, message, data)
-        except Exception as exc:  # a handler's RequestError with data that cannot be encoded
-            _log.error("%s: an error answer cannot be encoded: %r; answering -32603", self.name, exc)
-            line = self._encoder.error(call_id, INTERNAL_ERROR, "Internal error")
-        self._write_answer(line)
-
-    def _write_answer(self, line: bytes) -> None:
+    def _write_answer(self, line: bytes | None) -> bool:
+        """Write a line the core produced (None: nothing to send). False if there was none."""
+        if line is None:
+            return False
         try:
             self._write(line)
         except ConnectionClosedError:
             _log.debug("%s: answer not sent: connection closed", self.name)
+        return True
+
+    def _write_decided(self) -> None:
+        """Write what the core decided while receiving (refusals, -32800 answers)."""
+        for line in self._endpoint.data_to_send():
+            self._write_answer(line)
 
     # ------------------------------------------------------------------ housekeeping thread
 
@@ -802,7 +676,7 @@ class Connection:
         stops it. Facades use this for their timers instead of a thread of their own."""
         handle = TimerHandle(callback)
         with self._house_cond:
-            if self._closed:
+            if self._endpoint.closed:
                 handle.cancel()
                 return handle
             heapq.heappush(self._deadlines, (time.monotonic() + delay, next(self._timer_seq), handle))
@@ -810,19 +684,13 @@ class Connection:
             self._house_cond.notify()
         return handle
 
-    def _expire(self, msg_id: int) -> None:
-        pending = self._pending.pop(msg_id, None)
-        if pending is not None:
-            self._send_cancel(msg_id)
-            self._complete(pending, None, RequestTimeoutError(f"{pending.method}: no answer in time"))
-
     def _wake_housekeeper(self) -> None:
         with self._house_cond:
             self._ensure_housekeeper()
             self._house_cond.notify()
 
     def _ensure_housekeeper(self) -> None:
-        if self._house_thread is None and not self._closed:
+        if self._house_thread is None and not self._endpoint.closed:
             self._house_thread = threading.Thread(
                 target=self._housekeep, name=f"{self.name}-housekeeper", daemon=True
             )
@@ -830,10 +698,11 @@ class Connection:
 
     def _housekeep(self) -> None:
         cond = self._house_cond
+        ep = self._endpoint
         while True:
             expired: list[TimerHandle] = []
             with cond:
-                while not self._closed:
+                while not ep.closed:
                     now = time.monotonic()
                     wake = self._flush_at
                     if self._deadlines and (wake is None or self._deadlines[0][0] < wake):
@@ -849,7 +718,7 @@ class Connection:
                     self._house_idle = wake is None
                     cond.wait(None if wake is None else wake - now)
                     self._house_idle = False
-                if self._closed:
+                if ep.closed:
                     return
                 if self._parked is not None and now - self._parked_since >= _PARK_LIMIT:
                     parked: int | None = self._parked
@@ -894,7 +763,7 @@ class Connection:
                 self._backlog.wait_for(
                     lambda: self._queued_in - self._queued_out < MAX_QUEUED_MESSAGES // 2
                     or self._dispatcher_asked
-                    or self._closed
+                    or self._endpoint.closed
                 )
             finally:
                 self._reader_held = False
@@ -929,11 +798,11 @@ class Connection:
         """Route the lines of one read. Returns True when this thread handed reading over to
         another one and ran a request handler itself (leader/follower)."""
         batch: list[Any] = []
-        starts: list[_Start] = []
-        ready: list[_ResponseLike] = []  # answers to complete once every line is routed
+        starts: list[rpc.Start] = []
+        ready: list[rpc.ResponseLike] = []  # answers to complete once every line is routed
         tap = self._wire_tap
         decode_line = rpc.decode_line
-        handlers = self._handlers
+        handlers = self._endpoint.handlers
         for line in lines:
             if type(line) is not bytes:
                 assert isinstance(line, rpc.LineTooLong)
@@ -984,7 +853,7 @@ class Connection:
             self._last_park = now
         if self._house_idle or self._house_thread is None:
             self._wake_housekeeper()
-        self._run_request(*last)
+        self._run_request(last)
         with self._park_lock:
             if self._parked == me:
                 self._parked = None
@@ -1002,23 +871,32 @@ class Connection:
         except RuntimeError:  # the pool is shut down: the connection is closing
             pass
 
-    def _route(self, msg: rpc.Message, batch: list[Any], starts: list[_Start], ready: list[_ResponseLike]) -> None:
+    def _route(self, msg: rpc.Message, batch: list[Any], starts: list[rpc.Start], ready: list[rpc.ResponseLike]) -> None:
         """Act on one message now, or append it to the batch for the dispatcher."""
         # Nothing queued ahead: the reader may act itself without breaking the order.
         free = not batch and self._enqueued == self._handled
+        ep = self._endpoint
         cls = type(msg)
         if cls is rpc.Response or cls is rpc.ErrorResponse:
-            pending = self._pending.get(msg.id) if type(msg.id) is int else None  # type: ignore[union-attr]
-            if free or (pending is not None and pending.serial):
+            # Peeked, not taken: the call is taken when its answer is delivered, so its
+            # timeout keeps running while the answer waits in the queue.
+            if free:
                 ready.append(msg)  # type: ignore[arg-type]
             else:
-                batch.append(msg)
+                pending = ep.peek(msg.id)  # type: ignore[union-attr]
+                if pending is not None and pending.serial:
+                    ready.append(msg)  # type: ignore[arg-type]
+                else:
+                    batch.append(msg)
         elif cls is rpc.Notification:
             assert isinstance(msg, rpc.Notification)
             if msg.method == CANCEL_REQUEST:
-                self._on_cancel_request(msg)
+                call = ep.receive_cancel(msg)
+                if call is not None:
+                    cast(InboundCall, call)._cancel()
+                    self._write_decided()  # the -32800 answer
                 return
-            handler = self._handlers.get(msg.method)
+            handler = ep.handlers.get(msg.method)
             if handler is not None and handler.immediate:
                 self._run_notification(msg, handler)
             else:
@@ -1026,44 +904,27 @@ class Connection:
         elif cls is rpc.Request:
             # Registered here, in arrival order, even when it has to wait its turn in the
             # queue: a $/cancel_request or an arrival hook's state then finds it.
-            start = self._prepare_request(msg)  # type: ignore[arg-type]
-            if start is not None:
-                if free:
-                    starts.append(start)
-                else:
-                    batch.append(start)
+            start = ep.receive_request(msg)  # type: ignore[arg-type]
+            if start is None:
+                self._write_decided()  # refused
+                return
+            with self._state_lock:
+                self._running += 1
+            if free:
+                starts.append(start)
+            else:
+                batch.append(start)
         else:
             assert isinstance(msg, rpc.Invalid)
-            _log.warning("%s: invalid message: %s", self.name, msg.reason)
-            if msg.response:
-                # A malformed answer is never answered back (its id is ours: an error carrying
-                # it could complete an unrelated request of the peer). Its caller fails now,
-                # in order like any answer, instead of waiting for a timeout that may be None.
-                if type(msg.id) is int:
-                    error = rpc.ErrorObject(INTERNAL_ERROR, f"malformed answer from the peer: {msg.reason}")
-                    self._route(rpc.ErrorResponse(msg.id, error), batch, starts, ready)
-                return
-            self._answer_error(msg.id, msg.code, _INVALID_MESSAGES.get(msg.code, "Invalid request"), {"reason": msg.reason})
-
-    def _on_cancel_request(self, msg: rpc.Notification) -> None:
-        try:
-            params = _ANY_DECODER.decode(msg.params) if msg.params else {}
-            request_id = params["requestId"]
-        except (msgspec.DecodeError, KeyError, TypeError, RecursionError):
-            request_id = None
-        if type(request_id) is not int and type(request_id) is not str:
-            # Only an id can name a request (a list, say, is not even hashable).
-            _log.debug("%s: malformed $/cancel_request ignored", self.name)
-            return
-        call = self._inbound.pop(request_id, None)
-        if call is None:
-            return  # already answered, or never seen: nothing to do
-        call._cancel()
-        self._answer_error(call.id, REQUEST_CANCELLED, "Request cancelled")
+            failed = ep.receive_invalid(msg)
+            if failed is not None:
+                # A malformed answer: its caller fails now, in order like any answer.
+                self._route(failed, batch, starts, ready)
+            else:
+                self._write_decided()
 
     def _on_eof(self) -> None:
-        self._eof = True
-        self._fail_pending(ConnectionClosedError("connection closed by peer"))
+        self._fail(self._endpoint.receive_eof())
         # The peer is gone: no handler need wait for it (or for a user) any longer.
         self._cancel_inbound()
         self._queue.put([_EOF_MARK])
@@ -1072,7 +933,7 @@ class Connection:
 
     def _dispatch_loop(self) -> None:
         get = self._queue.get
-        handlers = self._handlers
+        handlers = self._endpoint.handlers
         run_notification = self._run_notification
         # Requests sent from here (by notification handlers) are answered without waiting
         # for the queue: see the deadlock rule in the module docstring.
@@ -1103,107 +964,49 @@ class Connection:
             if self._reader_held:
                 self._release_reader()
 
-    def _run_notification(self, msg: rpc.Notification, handler: _Handler | None) -> None:
-        fallback = None
+    def _run_notification(self, msg: rpc.Notification, handler: rpc.Handler | None) -> None:
         try:
-            if handler is None or not handler.notification:
-                fallback = self._fallback_notification
-                if fallback is None:
-                    _log.debug("%s: ignored unknown notification %s", self.name, msg.method)
+            if handler is not None and handler.notification:
+                # Inlined (the core's notification_params is the same): one per streamed chunk.
+                try:
+                    params = handler.decode(msg.params)
+                except (msgspec.DecodeError, RecursionError) as exc:  # a ValidationError, invalid UTF-8...
+                    _log.warning("%s: %s notification with invalid params: %s", self.name, msg.method, exc)
                     return
-                params = _ANY_DECODER.decode(msg.params) if msg.params else None
-            else:
-                params = handler.decode(msg.params)
-        except (msgspec.DecodeError, RecursionError) as exc:  # a ValidationError, invalid UTF-8...
-            _log.warning("%s: %s notification with invalid params: %s", self.name, msg.method, exc)
-            return
-        try:
-            if fallback is not None:
-                fallback(msg.method, params)
-            else:
-                assert handler is not None
                 handler.fn(params)
+            else:
+                found = self._endpoint.notification_params(msg)  # the fallback, or nobody
+                if found is not None:
+                    found[0](*found[1])
         except Exception:
             _log.exception("%s: %s notification handler failed", self.name, msg.method)
         except SystemExit:
             _log.error("%s: %s notification handler raised SystemExit; ignored (sys.exit() in a "
                        "handler does not end the process)", self.name, msg.method)
 
-    def _prepare_request(self, msg: rpc.Request) -> _Start | None:
-        """Register an inbound request; None when it was answered with an error at once."""
-        if self._closing or self._closed:
-            self._answer_error(msg.id, INTERNAL_ERROR, "Connection closing")
-            return None
-        if msg.id in self._inbound:
-            self._answer_error(msg.id, INVALID_REQUEST, "Invalid request", {"reason": "duplicate request id"})
-            return None
-        handler = self._handlers.get(msg.method)
-        if (handler is None or handler.notification) and self._fallback_request is None:
-            self._answer_error(msg.id, METHOD_NOT_FOUND, "Method not found", {"method": msg.method})
-            return None
-        call = InboundCall(self, msg.id, msg.method)
-        params = _UNDECODED
-        if handler is not None and handler.on_arrival is not None:
-            try:
-                params = handler.decode(msg.params)
-                handler.on_arrival(params, call)
-            except msgspec.ValidationError as exc:
-                self._answer_error(msg.id, INVALID_PARAMS, f"Invalid params: {exc}")
-                return None
-            except (msgspec.DecodeError, RecursionError) as exc:  # e.g. invalid UTF-8 in params
-                self._answer_error(msg.id, PARSE_ERROR, "Parse error", {"reason": f"not valid JSON: {exc}"})
-                return None
-            except RequestError as exc:
-                self._answer_error(msg.id, exc.code, exc.message, exc.data)
-                return None
-            except Exception:
-                _log.exception("%s: %s arrival hook failed", self.name, msg.method)
-                self._answer_error(msg.id, INTERNAL_ERROR, "Internal error")
-                return None
-        self._inbound[msg.id] = call
-        with self._state_lock:
-            self._running += 1
-        return (call, handler, msg.params, params)
-
-    def _launch(self, start: _Start) -> None:
+    def _launch(self, start: rpc.Start) -> None:
         """Run a prepared request on the executor."""
         try:
-            self._execute(self._run_request, *start)
+            self._execute(self._run_request, start)
         except RuntimeError:  # the executor was shut down
-            call = start[0]
-            self._inbound.pop(call.id, None)
             self._handler_done()
-            self._answer_error(call.id, INTERNAL_ERROR, "Internal error")
+            self._write_answer(self._endpoint.answer_error(start[0], INTERNAL_ERROR, "Internal error"))
 
     def _submit_to_user_executor(self, fn: Callable[..., Any], *args: Any) -> None:
         self._executor.submit(fn, *args)
 
-    def _run_request(self, call: InboundCall, handler: _Handler | None, raw: msgspec.Raw, params: Any) -> None:
+    def _run_request(self, start: rpc.Start) -> None:
+        ep = self._endpoint
+        call = start[0]
         try:
             try:
-                if handler is None or handler.notification:
-                    assert self._fallback_request is not None
-                    try:
-                        params = _ANY_DECODER.decode(raw) if raw else None
-                    except (msgspec.DecodeError, RecursionError) as exc:  # invalid UTF-8...
-                        raise RequestError(PARSE_ERROR, "Parse error", {"reason": f"not valid JSON: {exc}"}) from None
-                    result = self._fallback_request(call.method, params, call)
-                else:
-                    if params is _UNDECODED:
-                        try:
-                            params = handler.decode(raw)
-                        except msgspec.ValidationError as exc:
-                            raise RequestError(INVALID_PARAMS, f"Invalid params: {exc}") from None
-                        except (msgspec.DecodeError, RecursionError) as exc:  # invalid UTF-8...
-                            raise RequestError(PARSE_ERROR, "Parse error", {"reason": f"not valid JSON: {exc}"}) from None
-                    result = handler.fn(params, call)
+                fn, args = ep.request_params(start)  # params that do not decode raise RequestError
+                result = fn(*args)
             except RequestError as exc:
-                if self._claim(call):
-                    self._answer_error(call.id, exc.code, exc.message, exc.data)
-            except Exception:
+                line = ep.answer_exception(call, exc)
+            except Exception as exc:
                 _log.exception("%s: %s handler failed", self.name, call.method)
-                if self._claim(call):
-                    self._answer_error(call.id, INTERNAL_ERROR, "Internal error")
+                line = ep.answer_exception(call, exc)
             except BaseException as exc:
                 # sys.exit() (or a KeyboardInterrupt raised by hand) in a handler thread would end
                 # only that thread (the reader, when it ran the handler itself) and leave the
@@ -1211,10 +1014,10 @@ class Connection:
                 _log.error("%s: %s handler raised %s; answered as an internal error%s", self.name, call.method,
                            type(exc).__name__,
                            " (sys.exit() in a handler does not end the process)" if isinstance(exc, SystemExit) else "")
-                if self._claim(call):
-                    self._answer_error(call.id, INTERNAL_ERROR, "Internal error")
+                line = ep.answer_exception(call, exc)
             else:
-                self._answer(call, result)
+                line = ep.answer(call, result)
+            self._write_answer(line)
         finally:
             self._handler_done()
 
@@ -1247,7 +1050,6 @@ class _Mark:
 _EOF_MARK = _Mark("EOF")
 _DRAIN_MARK = _Mark("DRAIN")
 
-_INVALID_MESSAGES = {-32700: "Parse error", -32600: "Invalid request"}
 
 
 def _remaining(deadline: float | None) -> float | None:

@@ -231,6 +231,64 @@ def test_inbound_cancel_request_answers_32800(raw: tuple[Connection, RawPeer]) -
     assert peer.recv() == {"jsonrpc": "2.0", "id": 2, "result": {"k": 1}}  # no second answer to h1
 
 
+def test_a_cancel_between_an_answers_claim_and_its_removal_answers_once(
+    raw: tuple[Connection, RawPeer], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue #13: a ``$/cancel_request`` (read by the reader) takes the call while the
+    handler's answer path has checked it but not yet removed it from the inbound table. The
+    interleaving is forced: the table's first lookup or removal of the id (the answer path)
+    runs the reader's cancel path on another thread and waits until that path has taken, or
+    given up on, the entry. Exactly one answer goes out, nothing raises, the connection goes on."""
+    import msgspec
+
+    from acp import rpc
+
+    conn, peer = raw
+    cancel = rpc.Notification(rpc.CANCEL_REQUEST, msgspec.Raw(b'{"requestId": 1}'))
+    interjected = threading.Event()
+    cancel_took = threading.Event()  # the cancel path removed the entry, or finished without it
+    canceller: list[threading.Thread] = []
+
+    def run_cancel() -> None:
+        try:
+            conn._route(cancel, [], [], [])  # what the reader does with a $/cancel_request
+        finally:
+            cancel_took.set()
+
+    class Interleaves(dict):  # type: ignore[type-arg]
+        def _interject(self, key: Any) -> None:
+            if key == 1 and not interjected.is_set() and threading.current_thread() not in canceller:
+                interjected.set()
+                canceller.append(threading.Thread(target=run_cancel, name="canceller"))
+                canceller[0].start()
+                assert cancel_took.wait(WAIT)
+
+        def get(self, key: Any, default: Any = None) -> Any:
+            value = super().get(key, default)
+            self._interject(key)  # after a check...
+            return value
+
+        def pop(self, key: Any, *default: Any) -> Any:
+            if threading.current_thread() in canceller:
+                value = super().pop(key, *default)
+                cancel_took.set()
+                return value
+            self._interject(key)  # ...before a removal
+            return super().pop(key, *default)
+
+    conn._endpoint.inbound = Interleaves()
+    conn.start()
+    peer.send({"jsonrpc": "2.0", "id": 1, "method": "echo", "params": {"k": 0}})
+    first = peer.recv()
+    assert interjected.is_set()
+    canceller[0].join(WAIT)
+    assert first["id"] == 1 and ("result" in first) != ("error" in first)
+    peer.send({"jsonrpc": "2.0", "id": 2, "method": "echo", "params": {"k": 2}})
+    assert peer.recv() == {"jsonrpc": "2.0", "id": 2, "result": {"k": 2}}  # no second answer to 1
+    assert not conn.is_closed
+    assert not [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")], caplog.text
+
+
 def test_cancel_request_from_our_side(pair: tuple[Connection, Connection]) -> None:
     a, b = pair
     entered = threading.Event()

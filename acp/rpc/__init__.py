@@ -5,7 +5,6 @@ This layer imports only :mod:`acp.errors`, msgspec and (lazily, to decode typed 
 :mod:`acp.schema`; the runtimes (``acp.connection``, ``acp.aio``) drive it.
 """
 
-from .framing import DEFAULT_MAX_LINE_BYTES, LineFramer, LineTooLong
 from .endpoint import (
     ANY_DECODER,
     CANCEL_REQUEST,
@@ -18,6 +17,7 @@ from .endpoint import (
     Start,
     decoder_for,
 )
+from .framing import DEFAULT_MAX_LINE_BYTES, LineFramer, LineTooLong
 from .messages import (
     NO_PARAMS,
     Encoder,

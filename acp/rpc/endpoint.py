@@ -21,13 +21,22 @@ The call protocol:
   completes it), :meth:`~Endpoint.abandon` one (timeout, cancellation: it returns the
   ``$/cancel_request`` line), :meth:`~Endpoint.outcome` to decode what it got.
 
-Thread contract (the threaded runtime calls it from several threads, without a lock of its own):
-the ``receive_*`` methods, :meth:`~Endpoint.data_to_send` and the registration methods are called
-by one reader at a time. ``register``, ``take``, ``abandon``, ``claim``, ``answer``,
-``answer_error`` and the ``*_line`` methods may be called from any thread: each is one atomic
-dict operation (``pop`` decides who completes a pending call), a ``next()`` on an
-``itertools.count``, or :meth:`~Endpoint.claim`'s one-shot token, and msgspec's ``encode`` builds a
-new buffer on every call. The asyncio runtime calls everything from its loop.
+Thread contract (the threaded runtime calls it from several threads, without a lock of its own;
+it relies on the GIL making each single dict/list operation atomic):
+
+* One reader at a time: the ``receive_*`` methods, :meth:`~Endpoint.peek` and
+  :meth:`~Endpoint.data_to_send` (the outbox has no other writer).
+* Any thread: ``register``, ``take``, ``abandon``, ``fail_all``, ``claim``, ``answer``,
+  ``answer_error``, ``answer_exception``, ``claim_all``, ``close``, ``start_closing``,
+  ``request_params``, ``notification_params``, ``outcome`` and the ``*_line`` methods. Each
+  decision is one atomic operation: ``pop`` on the pending table (whoever pops an entry
+  completes it), ``next()`` on an ``itertools.count``, the ``list.pop`` of
+  :meth:`~Endpoint.claim`'s one-shot token, ``list(dict.values())`` (one C-level copy).
+  msgspec's ``encode`` builds a new buffer on every call. The state flags have one writer each;
+  a stale read is covered by ``register``'s re-check and by the claims.
+* Before the runtime starts: ``on_request``, ``on_notification`` and the fallbacks.
+
+The asyncio runtime calls everything from its loop.
 """
 
 from __future__ import annotations
@@ -49,7 +58,17 @@ from ..errors import (
     ConnectionClosedError,
     RequestError,
 )
-from .messages import Encoder, ErrorObject, ErrorResponse, Invalid, Notification, Request, RequestId, Response, decode_payload
+from .messages import (
+    Encoder,
+    ErrorObject,
+    ErrorResponse,
+    Invalid,
+    Notification,
+    Request,
+    RequestId,
+    Response,
+    decode_payload,
+)
 
 __all__ = [
     "ANY_DECODER",

@@ -251,7 +251,10 @@ class Encoder:
     """Encodes outbound messages as compact, newline-terminated lines.
 
     JSON never contains a raw newline (msgspec escapes control characters in strings), so each
-    encoded message is exactly one line. Not thread-safe: use one per writer.
+    encoded message is exactly one line. Thread-safe: it keeps no state between calls, and
+    msgspec's ``Encoder.encode`` builds a new buffer on every call (safe to share across
+    threads since msgspec 0.15, msgspec/msgspec#402; acp requires 0.18), so one Encoder may
+    serve every thread of a connection.
     """
 
     __slots__ = ("_encoder",)
