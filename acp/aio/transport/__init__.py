@@ -1,5 +1,27 @@
 """Byte pipes for the asyncio runtime (see :class:`AsyncTransport` for the contract)."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from .base import READ_CHUNK, AsyncTransport
 
-__all__ = ["READ_CHUNK", "AsyncTransport"]
+if TYPE_CHECKING:
+    from .http_client import connect_http
+    from .websocket import connect_websocket
+
+__all__ = ["READ_CHUNK", "AsyncTransport", "connect_http", "connect_websocket"]
+
+# The remote transports import their library (websockets, httpx) only when first used.
+_LAZY = {"connect_http": ".http_client", "connect_websocket": ".websocket"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(module, __name__), name)
+    globals()[name] = value
+    return value
