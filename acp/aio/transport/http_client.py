@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import httpx
 
 from ...errors import ConnectionClosedError
+from ...transport._inbox import AsyncInbox
 from ...transport._remote import (
     DEFAULT_MAX_MESSAGE_BYTES,
     DEFAULT_OPEN_TIMEOUT,
@@ -36,7 +37,6 @@ from ...transport.http_client import (
     check_probe,
     client_options,
 )
-from .base import READ_CHUNK
 
 if TYPE_CHECKING:
     import ssl as ssl_module
@@ -69,9 +69,7 @@ class AsyncHttpTransport(HttpWire[httpx.AsyncClient]):
     """
 
     def _init_io(self) -> None:
-        self._inbound: deque[bytes] = deque()
-        self._arrived = asyncio.Event()
-        self._eof = False  # read() saw the end
+        self._inbox = AsyncInbox()
         self._outbox: deque[bytes] = deque()  # lines not yet POSTed, in order
         self._unsent = 0  # their bytes
         self._sent = asyncio.Event()  # set whenever drain() may have something to see
@@ -92,23 +90,7 @@ class AsyncHttpTransport(HttpWire[httpx.AsyncClient]):
 
     async def read(self) -> bytes:
         """Wait until the agent sent something; ``b""`` once the connection ended."""
-        inbound = self._inbound
-        while not inbound:
-            if self._eof:
-                return _EOF
-            self._arrived.clear()
-            await self._arrived.wait()
-        item = inbound.popleft()
-        if not item:
-            self._eof = True
-            return _EOF
-        parts = [item]
-        size = len(item)
-        while size < READ_CHUNK and inbound and inbound[0]:  # what else is here goes with it
-            more = inbound.popleft()
-            parts.append(more)
-            size += len(more)
-        return b"".join(parts) if len(parts) > 1 else item
+        return await self._inbox.read()
 
     def write(self, data: bytes) -> None:
         """Queue a ``POST`` of each line of ``data``, in order; never blocks.
@@ -167,8 +149,7 @@ class AsyncHttpTransport(HttpWire[httpx.AsyncClient]):
     # -- internals ---------------------------------------------------------------------------
 
     def _put(self, data: bytes) -> None:
-        self._inbound.append(data)
-        self._arrived.set()
+        self._inbox.put(data)
 
     def _stop_streams(self) -> None:
         for task in self._streams:
