@@ -5,12 +5,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .base import READ_CHUNK, AsyncTransport
+from .memory import MemoryTransport, memory_pair
 
 if TYPE_CHECKING:
     from .http_client import connect_http
     from .websocket import connect_websocket
 
-__all__ = ["READ_CHUNK", "AsyncTransport", "connect_http", "connect_websocket"]
+__all__ = ["READ_CHUNK", "AsyncTransport", "MemoryTransport", "connect_http", "connect_websocket", "memory_pair"]
 
 # The remote transports import their library (websockets, httpx) only when first used.
 _LAZY = {"connect_http": ".http_client", "connect_websocket": ".websocket"}
