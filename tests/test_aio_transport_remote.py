@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from http.cookiejar import CookieJar
 from typing import Any, TypeVar
 
@@ -24,25 +25,32 @@ if not os.environ.get("CI"):  # in CI the extras must be there
     for extra in ("httpx", "uvicorn", "websockets"):
         pytest.importorskip(extra, reason="the ws and http extras are not installed")
 
+import httpx
 from websockets.asyncio.server import serve as ws_serve
 
 from acp.agent import SyncAgent
+from acp.aio import AsyncConnection
 from acp.aio.transport import connect_http, connect_websocket
 from acp.aio.transport.http_client import AsyncHttpTransport
 from acp.aio.transport.websocket import AsyncWebSocketTransport
+from acp.client import LocalFiles, SyncClient
 from acp.errors import ConnectionClosedError
 from acp.transport._remote import CONNECTION_ID_HEADER, RemoteConnectionError
-from acp.transport.http_server import HttpServer
+from acp.transport.http_server import AcpAsgiApp, HttpServer
 from acp.transport.websocket import RefuseConnection, WebSocketServer
 
 from .conftest import helper_argv
 from .helpers.agent_full import build_agent
+from .helpers.aio_echo_agent import AsyncEchoAgent
+from .helpers.client_support import texts
+from .helpers.remote_suite import Updates
 
 WAIT = 20.0
 T = TypeVar("T")
 
 INIT = b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}\n'
 LIST = b'{"jsonrpc":"2.0","id":2,"method":"session/list","params":{}}\n'
+JSON = {"Content-Type": "application/json"}
 NEW = b'{"jsonrpc":"2.0","id":3,"method":"session/new","params":{"cwd":"/w","mcpServers":[]}}\n'
 
 
@@ -482,3 +490,205 @@ def test_the_transports_start_no_thread(remote_urls: dict[str, str]) -> None:
 
     before, during = run(main())
     assert during == before, f"{during - before} threads for 8 connections"
+
+
+# ---------------------------------------------------------------------------- AsyncConnection over them
+
+
+class Collected:
+    """session/update notifications an AsyncConnection client received, in order."""
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+
+    def __call__(self, params: Any) -> None:
+        update = params["update"]
+        if update.get("sessionUpdate") == "agent_message_chunk":
+            self.texts.append(update["content"]["text"])
+
+
+async def async_client(transport: Any, tmp_path: Any) -> tuple[AsyncConnection, Collected]:
+    """An AsyncConnection client over ``transport`` that handles updates and fs reads."""
+    conn = AsyncConnection(transport, name="aio-client")
+    updates = Collected()
+    conn.on_notification("session/update", updates)
+
+    async def read_text_file(params: Any, call: Any) -> dict[str, str]:
+        return {"content": (tmp_path / params["path"].rsplit("/", 1)[-1]).read_text()}
+
+    conn.on_request("fs/read_text_file", read_text_file)
+    conn.start()
+    return conn, updates
+
+
+async def drive(conn: AsyncConnection, updates: Collected, tmp_path: Any, name: str) -> None:
+    """initialize, a session, a streamed turn (every update handled before its answer) and a
+    turn in which the agent asks the client for a file: both directions."""
+    init = await conn.request("initialize", {"protocolVersion": 1, "clientCapabilities": {"fs": {"readTextFile": True}}})
+    assert init["agentInfo"]["name"] == name
+    sid = (await conn.request("session/new", {"cwd": str(tmp_path), "mcpServers": []}))["sessionId"]
+    answer = await conn.request("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "stream 50"}]})
+    assert answer == {"stopReason": "end_turn"}
+    assert updates.texts == [f"chunk {i}" for i in range(50)]  # all handled before the answer
+    (tmp_path / "in.txt").write_text("from the async client")
+    await conn.request("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": f"read {tmp_path}/in.txt"}]})
+    assert updates.texts[-1] == "from the async client"
+
+
+@pytest.mark.parametrize("profile", ["websocket-server", "asgi-ws", "asgi-http", "asgi-http-session-streams"])
+def test_an_async_connection_client_drives_a_sync_agent(
+    profile: str, ws_server: WebSocketServer, http_server: HttpServer, tmp_path: Any
+) -> None:
+    async def main() -> None:
+        if profile == "websocket-server":
+            transport: Any = await connect_websocket(ws_server.url)
+        elif profile == "asgi-ws":
+            transport = await connect_websocket(http_server.ws_url)
+        else:
+            transport = await connect_http(http_server.url, session_streams=profile.endswith("streams"))
+        conn, updates = await async_client(transport, tmp_path)
+        await drive(conn, updates, tmp_path, "demo-agent")
+        await conn.close()
+
+    run(main())
+
+
+@pytest.fixture
+def echo_served(no_thread_leak: None) -> Iterator[tuple[HttpServer, AsyncEchoAgent]]:
+    """The async echo agent (an AsyncConnectionServer) served by AcpAsgiApp under uvicorn."""
+    agent = AsyncEchoAgent()
+    with HttpServer(AcpAsgiApp(agent)) as server:
+        yield server, agent
+
+
+@pytest.mark.parametrize("profile", ["ws", "http", "http-session-streams"])
+def test_an_async_agent_on_the_asgi_loop_serves_sync_clients(
+    profile: str, echo_served: tuple[HttpServer, AsyncEchoAgent], tmp_path: Any
+) -> None:
+    server, agent = echo_served
+    url = server.ws_url if profile == "ws" else server.url
+    options = {"session_streams": True} if profile.endswith("streams") else {}
+    (tmp_path / "in.txt").write_text("from the sync client's disk")
+    updates = Updates()
+    files = LocalFiles([str(tmp_path)])
+    with (
+        SyncClient.builder().connect(url, **options).session_update_handler(updates)
+        .read_text_file_handler(files.read_text_file).build()
+    ) as client:
+        assert client.initialize().agent_info.name == "async-echo"  # type: ignore[union-attr]
+        sid = client.new_session(cwd=str(tmp_path)).session_id
+        assert client.prompt(sid, "stream 100").stop_reason == "end_turn"
+        assert texts(updates.items) == [f"chunk {i}" for i in range(100)]
+        client.prompt(sid, f"read {tmp_path}/in.txt")  # the agent asks the client: both ways
+        assert texts(updates.items)[-1] == "from the sync client's disk"
+        assert client.prompt(sid, "y" * 200_000).stop_reason == "end_turn"
+        assert texts(updates.items)[-1] == "echo: " + "y" * 200_000
+        assert len(server.connections) == 1
+    agent.wait_for(lambda a: a.closed == 1)  # closing the client ended the agent's connection
+    assert server.connections == []
+
+
+@pytest.mark.parametrize("profile", ["ws", "http"])
+def test_an_async_client_drives_an_async_agent_on_the_asgi_loop(
+    profile: str, echo_served: tuple[HttpServer, AsyncEchoAgent], tmp_path: Any
+) -> None:
+    server, agent = echo_served
+
+    async def main() -> None:
+        transport: Any = await (connect_websocket(server.ws_url) if profile == "ws" else connect_http(server.url))
+        conn, updates = await async_client(transport, tmp_path)
+        await drive(conn, updates, tmp_path, "async-echo")
+        await conn.close()
+
+    run(main())
+    agent.wait_for(lambda a: a.closed == 1)
+
+
+def _threads_per_connection(app: AcpAsgiApp, count: int) -> int:
+    """Threads this process gains while ``count`` connections (half WebSocket, half HTTP,
+    opened by the loop-native client transports, which start none) are open on ``app``."""
+    with HttpServer(app) as server:
+
+        async def main() -> int:
+            before = threading.active_count()
+            transports: list[Any] = []
+            for i in range(count):
+                transports.append(await (connect_websocket(server.ws_url) if i % 2 else connect_http(server.url)))
+            for transport in transports:
+                transport.write(INIT + LIST)
+            for transport in transports:  # (answers in any order: requests run concurrently)
+                assert sorted(m["id"] for m in await read_messages(transport, 2)) == [1, 2]
+            grown = threading.active_count() - before
+            await asyncio.gather(*(t.close() for t in transports))
+            return grown
+
+        return run(main())
+
+
+def test_no_thread_per_connection_for_an_async_agent(no_thread_leak: None) -> None:
+    # The yardstick: a sync agent's connections each get an engine thread or more.
+    sync_agent, _ = build_agent()
+    with sync_agent:
+        assert _threads_per_connection(sync_agent.asgi_app(), 6) >= 6
+    echo = AsyncEchoAgent()
+    assert _threads_per_connection(AcpAsgiApp(echo), 6) == 0
+    echo.wait_for(lambda a: a.opened == 6 and a.closed == 6)
+
+
+def test_async_agent_connections_close_on_delete_idle_and_shutdown(no_thread_leak: None) -> None:
+    agent = AsyncEchoAgent()
+    with HttpServer(AcpAsgiApp(agent, idle_timeout=0.3)) as server, httpx.Client(timeout=WAIT) as wire:
+        # Idle: initialized, then no stream and no request.
+        response = wire.post(server.url, json=json.loads(INIT))
+        assert response.status_code == 200 and response.json()["result"]["agentInfo"]["name"] == "async-echo"
+        cid = response.headers[CONNECTION_ID_HEADER]
+        agent.wait_for(lambda a: a.closed == 1)
+        assert wire.post(server.url, content=LIST, headers={CONNECTION_ID_HEADER: cid, **JSON}).status_code == 404
+        # DELETE.
+        cid = wire.post(server.url, json=json.loads(INIT)).headers[CONNECTION_ID_HEADER]
+        assert wire.delete(server.url, headers={CONNECTION_ID_HEADER: cid}).status_code == 202
+        agent.wait_for(lambda a: a.closed == 2)
+        # Shutdown with a turn in flight on each profile: answered cancelled, then closed.
+        updates = [Updates(), Updates()]
+        clients = [SyncClient.builder().connect(url).session_update_handler(u).build()
+                   for url, u in zip((server.url, server.ws_url), updates, strict=True)]
+        try:
+            with ThreadPoolExecutor(2) as pool:
+                futures = []
+                for client, u in zip(clients, updates, strict=True):
+                    client.initialize()
+                    sid = client.new_session(cwd="/w").session_id
+                    futures.append(pool.submit(client.prompt, sid, "wait"))
+                    u.wait_for(lambda items: texts(items) == ["waiting"])
+                assert len(server.connections) == 2
+                server.close(timeout=WAIT)  # from this thread: the connections close on the loop
+                assert [f.result(WAIT).stop_reason for f in futures] == ["cancelled", "cancelled"]
+        finally:
+            for client in clients:
+                client.close()
+        agent.wait_for(lambda a: a.closed == 4)
+        assert server.connections == []
+
+
+def test_async_agent_refusals_are_the_sync_ones(no_thread_leak: None) -> None:
+    def authenticate(headers: Any) -> int | None:
+        return None if headers.get("authorization") == "Bearer good" else 401
+
+    good = {"Authorization": "Bearer good"}
+    agent = AsyncEchoAgent()
+    app = AcpAsgiApp(agent, authenticate=authenticate, max_connections=1)
+    with HttpServer(app) as server:
+        with pytest.raises(RemoteConnectionError) as refused:
+            SyncClient.builder().connect(server.url).build()
+        assert refused.value.status == 401
+        with pytest.raises(RemoteConnectionError) as refused:
+            SyncClient.builder().connect(server.ws_url, headers={**good, "Origin": "https://evil.example"}).build()
+        assert refused.value.status == 403
+        with SyncClient.builder().connect(server.ws_url, headers=good).build() as first:
+            first.initialize()
+            for url in (server.url, server.ws_url):
+                with pytest.raises(RemoteConnectionError) as refused:
+                    with SyncClient.builder().connect(url, headers=good).build() as extra:
+                        extra.initialize()
+                assert refused.value.status == 503
+    assert agent.opened == 1
