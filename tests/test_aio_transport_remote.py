@@ -692,3 +692,40 @@ def test_async_agent_refusals_are_the_sync_ones(no_thread_leak: None) -> None:
                         extra.initialize()
                 assert refused.value.status == 503
     assert agent.opened == 1
+
+
+class GatedEchoAgent(AsyncEchoAgent):
+    """Its first connect_async waits for ``gate`` (set from the test's thread)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+        self.gate = threading.Event()
+
+    async def connect_async(self, transport: Any) -> Any:
+        if not self.entered.is_set():
+            self.entered.set()
+            while not self.gate.is_set():  # a loop-side wait on a thread's event, bounded
+                await asyncio.sleep(0.005)
+        return await super().connect_async(transport)
+
+
+@pytest.mark.parametrize("profile", ["ws", "http"])
+def test_a_connection_being_made_counts_against_max_connections(profile: str, no_thread_leak: None) -> None:
+    agent = GatedEchoAgent()
+    with HttpServer(AcpAsgiApp(agent, max_connections=1)) as server, ThreadPoolExecutor(1) as pool:
+        url = server.ws_url if profile == "ws" else server.url
+
+        def first() -> str | None:
+            with SyncClient.builder().connect(url).build() as client:
+                info = client.initialize().agent_info
+                return info.name if info is not None else None
+
+        opening = pool.submit(first)
+        assert agent.entered.wait(WAIT)  # the first connection is being made, not yet served
+        with pytest.raises(RemoteConnectionError) as refused:
+            with SyncClient.builder().connect(url).build() as second:
+                second.initialize()
+        assert refused.value.status == 503
+        agent.gate.set()
+        assert opening.result(WAIT) == "async-echo"
