@@ -405,28 +405,36 @@ def test_http_a_connection_the_server_forgot(no_thread_leak: None) -> None:
         run(main())
 
 
-def test_http_cookies_protocol_version_and_session_streams(no_thread_leak: None) -> None:
-    agent, _ = build_agent()
-    app = agent.asgi_app()
-    seen: list[tuple[str, dict[bytes, bytes]]] = []
+class StickyBalancer:
+    """ASGI middleware that acts as a sticky load balancer in front of ``app``: the first
+    answer sets a cookie; every request's method and headers are recorded in ``seen``."""
 
-    async def sticky(scope: Any, receive: Any, send: Any) -> None:
-        # A sticky load balancer: pins the client with a cookie on its first answer.
+    def __init__(self, app: AcpAsgiApp) -> None:
+        self.app = app
+        self.seen: list[tuple[str, dict[bytes, bytes]]] = []
+
+    def __getattr__(self, name: str) -> Any:  # HttpServer reads the app's own attributes
+        return getattr(self.app, name)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            await app(scope, receive, send)
-            return
+            return await self.app(scope, receive, send)
         headers = dict(scope["headers"])
-        seen.append((scope.get("method", "WS"), headers))
+        self.seen.append((scope.get("method", "WS"), headers))
+        pin = [(b"set-cookie", b"backend=b7; Path=/")] if b"cookie" not in headers else []
 
-        async def send_with_cookie(message: Any) -> None:
-            if message["type"] == "http.response.start" and b"cookie" not in headers:
-                message = dict(message, headers=[*message.get("headers", []), (b"set-cookie", b"backend=b7; Path=/")])
+        async def pinned(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                message = dict(message, headers=[*message.get("headers", []), *pin])
             await send(message)
 
-        await app(scope, receive, send_with_cookie)
+        await self.app(scope, receive, pinned)
 
-    for name in ("started", "max_message_bytes", "path", "close", "connections"):
-        setattr(sticky, name, getattr(app, name))
+
+def test_http_cookies_protocol_version_and_session_streams(no_thread_leak: None) -> None:
+    agent, _ = build_agent()
+    sticky = StickyBalancer(agent.asgi_app())
+    seen = sticky.seen
     with agent, HttpServer(sticky, port=0) as server:  # type: ignore[arg-type]
 
         async def main() -> None:
