@@ -6,7 +6,9 @@ import asyncio
 import hashlib
 import json
 import logging
+import os
 import subprocess
+import termios
 from pathlib import Path
 
 import pytest
@@ -130,3 +132,39 @@ def test_close_wakes_a_pending_read_and_leaves_no_task() -> None:
         "write": "stdio: transport is closed",
         "tasks": [],
     }
+
+
+def test_a_terminal_is_driven_without_touching_its_shared_flags() -> None:
+    # stdin and stdout on one pty, shared with us: the transport must never make that shared
+    # description non-blocking (the loop says when it is ready instead). Echo off, so the
+    # terminal shows only what the child writes; ^D at a line start is the end of input.
+    master, slave = os.openpty()
+    attrs = termios.tcgetattr(slave)
+    attrs[3] &= ~termios.ECHO
+    termios.tcsetattr(slave, termios.TCSANOW, attrs)
+    proc = subprocess.Popen([*ARGV, "close"], stdin=slave, stdout=slave, stderr=subprocess.PIPE)
+    shown = b""
+
+    def until(marker: bytes) -> None:
+        nonlocal shown
+        while marker not in shown:
+            shown += os.read(master, 4096).replace(b"\r\n", b"\n")
+
+    try:
+        until(b'{"nonblocking":[false,false]}\n')  # the terminal was left blocking
+        assert os.get_blocking(slave)  # and its flag, which is ours too, never changed
+        os.write(master, b'{"ping":1}\n\x04')
+        until(b"after close blocking=True,True\n")
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+        os.close(slave)
+        assert proc.stderr is not None
+        stderr = proc.stderr.read().decode()
+        proc.stderr.close()
+    assert shown == protocol("false,false") + b"after close blocking=True,True\n"
+    for stray in STRAYS:
+        assert stray in stderr

@@ -13,7 +13,7 @@ import signal
 import threading
 from collections import deque
 from collections.abc import Mapping, Sequence
-from typing import NoReturn, Union
+from typing import Any, NoReturn, Union
 
 from ..errors import ConnectionClosedError
 
@@ -108,6 +108,20 @@ class ChildPipes:
             os.close(self.stdin_w)
             raise
 
+    def spawn_options(
+        self, cwd: StrPath | None, env: Mapping[str, str], start_new_session: bool
+    ) -> dict[str, Any]:
+        """The keyword arguments of ``subprocess.Popen`` (and ``loop.subprocess_exec``)."""
+        return {
+            "stdin": self.stdin_r,
+            "stdout": self.stdout_w,
+            "stderr": self.stderr_w,
+            "cwd": cwd,
+            "env": env,
+            "close_fds": True,
+            "start_new_session": start_new_session,
+        }
+
     def started(self) -> None:
         """The child runs: close its ends (now duplicated into it), make ours non-blocking."""
         for fd in (self.stdin_r, self.stdout_w, self.stderr_w):
@@ -128,6 +142,30 @@ class ChildPipes:
                 exc.filename,
             ) from exc
         raise exc
+
+
+class ChildFacts:
+    """The read-only facts both process transports give about their child."""
+
+    _pid: int
+    _argv: tuple[str, ...]
+    _stderr_log: StderrLog
+
+    @property
+    def pid(self) -> int:
+        """The child's process id."""
+        return self._pid
+
+    @property
+    def argv(self) -> tuple[str, ...]:
+        """The command line the child was started with."""
+        return self._argv
+
+    @property
+    def stderr_tail(self) -> str:
+        """The last lines the child wrote to stderr so far (at most 20 non-blank lines and
+        8 KiB; a partial last line appears once stderr ends); "" if none."""
+        return self._stderr_log.tail
 
 
 class StderrLog:

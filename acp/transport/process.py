@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import ConnectionClosedError
 from ._child import (
+    ChildFacts,
     ChildPipes,
     StderrLog,
     StrPath,
@@ -29,7 +30,7 @@ if TYPE_CHECKING:  # subprocess is imported lazily: `import acp` must stay cheap
 __all__ = ["ProcessTransport", "describe_exit"]
 
 
-class ProcessTransport(FdTransport):
+class ProcessTransport(ChildFacts, FdTransport):
     """Spawn ``argv`` and speak the protocol over its stdin/stdout.
 
     * Environment: with ``inherit_env=True`` (default) the child gets ``os.environ`` updated with
@@ -78,21 +79,13 @@ class ProcessTransport(FdTransport):
 
         pipes = ChildPipes()
         try:
-            proc = subprocess.Popen(
-                args,
-                stdin=pipes.stdin_r,
-                stdout=pipes.stdout_w,
-                stderr=pipes.stderr_w,
-                cwd=cwd,
-                env=environment,
-                close_fds=True,
-                start_new_session=start_new_session,
-            )
+            proc = subprocess.Popen(args, **pipes.spawn_options(cwd, environment, start_new_session))
         except BaseException as exc:
             pipes.failed(exc, args)
         pipes.started()
 
         self._proc: subprocess.Popen[bytes] = proc
+        self._pid = proc.pid
         self._shutdown_lock = threading.Lock()
         self._shut_down = False
         description = f"process {proc.pid} ({describe_argv(args)})"
@@ -107,25 +100,9 @@ class ProcessTransport(FdTransport):
         _log.debug("started %s", self.description)
 
     @property
-    def pid(self) -> int:
-        """The child's process id."""
-        return self._proc.pid
-
-    @property
-    def argv(self) -> tuple[str, ...]:
-        """The command line the child was started with."""
-        return self._argv
-
-    @property
     def returncode(self) -> int | None:
         """The exit status (negative: killed by that signal), or ``None`` while running."""
         return self._proc.poll()
-
-    @property
-    def stderr_tail(self) -> str:
-        """The last lines the child wrote to stderr so far (at most 20 non-blank lines and
-        8 KiB; a partial last line appears once stderr ends); "" if none."""
-        return self._stderr_log.tail
 
     def closed_error(self, context: str = "", timeout: float = 0.5) -> ConnectionClosedError:
         """The :class:`~acp.errors.ConnectionClosedError` to raise once the agent is gone:

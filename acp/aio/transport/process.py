@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 
 from ...errors import ConnectionClosedError
 from ...transport._child import (
+    ChildFacts,
     ChildPipes,
     StderrLog,
     StrPath,
@@ -45,7 +46,7 @@ class _ExitWatch(asyncio.SubprocessProtocol):
             self.exited.set_result(code)
 
 
-class ProcessTransport(FdTransport):
+class ProcessTransport(ChildFacts, FdTransport):
     """A spawned agent: the protocol on its stdin/stdout, on the running loop. Make one with
     ``await ProcessTransport.spawn(argv, ...)``; the parameters are those of the sync
     :class:`acp.transport.ProcessTransport` and mean the same.
@@ -122,15 +123,7 @@ class ProcessTransport(FdTransport):
             # Our own pipes, not asyncio's: the loop then watches no pipe for the child, and
             # our ends are driven like any fd (see _fd.py).
             process, _ = await loop.subprocess_exec(
-                lambda: watch,
-                *args,
-                stdin=pipes.stdin_r,
-                stdout=pipes.stdout_w,
-                stderr=pipes.stderr_w,
-                cwd=cwd,
-                env=environment,
-                close_fds=True,
-                start_new_session=start_new_session,
+                lambda: watch, *args, **pipes.spawn_options(cwd, environment, start_new_session)
             )
         except BaseException as exc:
             pipes.failed(exc, args)
@@ -146,25 +139,9 @@ class ProcessTransport(FdTransport):
         )
 
     @property
-    def pid(self) -> int:
-        """The child's process id."""
-        return self._pid
-
-    @property
-    def argv(self) -> tuple[str, ...]:
-        """The command line the child was started with."""
-        return self._argv
-
-    @property
     def returncode(self) -> int | None:
         """The exit status (negative: killed by that signal), or ``None`` while running."""
         return self._exited.result() if self._exited.done() else None
-
-    @property
-    def stderr_tail(self) -> str:
-        """The last lines the child wrote to stderr so far (at most 20 non-blank lines and
-        8 KiB; a partial last line appears once stderr ends); "" if none."""
-        return self._stderr_log.tail
 
     async def closed_error(self, context: str = "", timeout: float = 0.5) -> ConnectionClosedError:
         """The :class:`~acp.errors.ConnectionClosedError` to raise once the agent is gone,
