@@ -16,7 +16,7 @@ ready-made handlers (:class:`LocalFiles`, :class:`LocalTerminals`, :class:`Permi
 from typing import TYPE_CHECKING, Any
 
 from ..wiretap import JsonlWireTap
-from .builder import SyncClientBuilder, TerminalHandlers
+from .builder import SyncClientBuilder
 from .client import (
     SUPPORTED_PROTOCOL_VERSIONS,
     AgentProcess,
@@ -25,6 +25,7 @@ from .client import (
     UnsupportedProtocolVersionError,
 )
 from .context import AgentProxy, ClientRequestContext
+from .registration import TerminalHandlers
 from .settings import AgentSettings, AgentSettingsError
 
 if TYPE_CHECKING:

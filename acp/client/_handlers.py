@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .. import schema
@@ -17,12 +16,13 @@ from ..capabilities import UPDATE_CAPABILITY, gated_update_tag
 from ..connection import Connection, InboundCall
 from ..errors import RequestError
 from ._turns import CANCELLED_PERMISSION, TurnTracker
+from .config import HandlerSet
 from .context import ClientRequestContext
 
 if TYPE_CHECKING:
     from .client import SyncClient
 
-__all__ = ["HandlerSet", "install_handlers"]
+__all__ = ["install_handlers"]
 
 _log = logging.getLogger("acp.client")
 
@@ -30,28 +30,6 @@ RequestFn = Callable[[Any, ClientRequestContext], Any]
 NotificationFn = Callable[[Any], None]
 
 PERMISSION = "session/request_permission"
-
-
-@dataclass
-class HandlerSet:
-    """Everything a builder registered, keyed by wire method name."""
-
-    session_update: list[Callable[[schema.SessionNotification], None]] = field(default_factory=list)
-    # Per-kind session update consumers, in registration order: (capability, fn); capability is
-    # "notices", "compaction" or "subagents" (see UPDATE_CAPABILITY for the tags each gets).
-    update_kinds: list[tuple[str, Callable[[schema.SessionNotification], None]]] = field(default_factory=list)
-    requests: dict[str, RequestFn] = field(default_factory=dict)
-    notifications: dict[str, NotificationFn] = field(default_factory=dict)
-    ext_requests: dict[str, RequestFn] = field(default_factory=dict)
-    ext_notifications: dict[str, NotificationFn] = field(default_factory=dict)
-
-    def methods(self) -> set[str]:
-        """The standard client methods that have a handler (what capabilities derive from)."""
-        return {*self.requests, *self.notifications}
-
-    def shown_kinds(self) -> set[str]:
-        """The update capabilities (``notices``...) a per-kind handler was registered for."""
-        return {kind for kind, _ in self.update_kinds}
 
 
 def _coerce(method: str, result: Any, result_type: Any) -> Any:

@@ -31,9 +31,13 @@ from .context import AgentProxy
 if TYPE_CHECKING:
     from typing_extensions import Self
 
+    from ..connection import WireTap
     from ..schema import unstable as _u
+    from ..transport.base import Transport
     from ..transport.process import ProcessTransport
-    from .builder import ClientConfig, SyncClientBuilder
+    from ..wiretap import JsonlWireTap
+    from .builder import SyncClientBuilder
+    from .config import ClientConfig
 
 __all__ = [
     "AgentProcess",
@@ -140,14 +144,25 @@ class SyncClient(UnstableMethods):
 
         return SyncClientBuilder()
 
-    def __init__(self, config: ClientConfig) -> None:
-        """Internal: use :meth:`builder`. Starts the connection at once."""
+    def __init__(
+        self,
+        config: ClientConfig,
+        transport: Transport,
+        *,
+        process: ProcessTransport | None = None,
+        wire_tap: WireTap | None = None,
+        owned_tap: JsonlWireTap | None = None,
+    ) -> None:
+        """Internal: use :meth:`builder`. Starts the connection over ``transport`` at once."""
         self._config = config
+        self._transport = transport
+        self._process_transport = process
+        self._owned_tap = owned_tap
         self._conn = Connection(
-            config.transport,
+            transport,
             executor=config.executor,
             request_timeout=config.request_timeout,
-            wire_tap=config.wire_tap,
+            wire_tap=wire_tap,
             name=config.name,
         )
         self._agent = AgentProxy(self._conn)
@@ -155,7 +170,7 @@ class SyncClient(UnstableMethods):
         self._negotiated: NegotiatedCapabilities | None = None
         self._init_lock = threading.Lock()
         self._closed = False
-        self._process = AgentProcess(config.process) if config.process is not None else None
+        self._process = AgentProcess(process) if process is not None else None
         install_handlers(self._conn, self, config.handlers, self._turns)
         self._conn.start()
 
@@ -220,8 +235,8 @@ class SyncClient(UnstableMethods):
         try:
             self._conn.close(graceful=True, timeout=timeout)
         finally:
-            if self._config.owned_tap is not None:
-                self._config.owned_tap.close()
+            if self._owned_tap is not None:
+                self._owned_tap.close()
 
     # ------------------------------------------------------------------ core
 
@@ -229,7 +244,7 @@ class SyncClient(UnstableMethods):
         """Why ``method`` cannot go out: closed by us, or how the agent (process) went away."""
         if self._closed:
             return ConnectionClosedError(f"{method}: the client is closed")
-        process: ProcessTransport | None = self._config.process
+        process = self._process_transport
         if process is not None:
             # It is going or gone: how it ended and its last stderr lines come quickly.
             return process.closed_error(method, timeout=1.0)
@@ -624,7 +639,7 @@ class SyncClient(UnstableMethods):
 
     def __repr__(self) -> str:
         state = "closed" if self.is_closed else "initialized" if self.is_initialized else "new"
-        return f"SyncClient({self._config.transport.description!r}, {state})"
+        return f"SyncClient({self._transport.description!r}, {state})"
 
 
 def _dirs(directories: Sequence[str] | None) -> list[str] | None:

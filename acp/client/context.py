@@ -6,9 +6,8 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..connection import Connection, InboundCall
-
 if TYPE_CHECKING:
+    from ..connection import Connection, InboundCall
     from .client import SyncClient
 
 __all__ = ["AgentProxy", "ClientRequestContext"]

@@ -1,0 +1,91 @@
+"""What a client builder hands to a client runtime: :class:`ClientConfig`, runtime-neutral.
+
+Configuration flows one way: a builder (:mod:`acp.client.registration`, with the
+``SyncClientBuilder`` / ``AsyncClientBuilder`` on top) validates what was registered into a
+:class:`ClientConfig`; a runtime (``SyncClient`` on threads, ``AsyncClient`` on an event loop)
+takes the config and opens its transport. Nothing here knows about threads, tasks or sockets.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Union
+
+from .. import schema
+from ..wiretap import JsonlWireTap
+
+if TYPE_CHECKING:
+    from ..connection import WireTap
+
+__all__ = ["ClientConfig", "HandlerSet", "ProcessSpec", "StrPath"]
+
+StrPath = Union[str, "os.PathLike[str]"]
+
+RequestFn = Callable[[Any, Any], Any]
+NotificationFn = Callable[[Any], Any]
+UpdateFn = Callable[[schema.SessionNotification], Any]
+
+
+@dataclass(frozen=True)
+class ProcessSpec:
+    """How to spawn the agent (``agent_process``)."""
+
+    argv: tuple[str, ...]
+    cwd: StrPath | None = None
+    env: Mapping[str, str] | None = None
+    inherit_env: bool = True
+    start_new_session: bool = False
+
+
+@dataclass
+class HandlerSet:
+    """Everything a builder registered, keyed by wire method name."""
+
+    session_update: list[UpdateFn] = field(default_factory=list)
+    # Per-kind session update consumers, in registration order: (capability, fn); capability is
+    # "notices", "compaction" or "subagents" (see UPDATE_CAPABILITY for the tags each gets).
+    update_kinds: list[tuple[str, UpdateFn]] = field(default_factory=list)
+    requests: dict[str, RequestFn] = field(default_factory=dict)
+    notifications: dict[str, NotificationFn] = field(default_factory=dict)
+    ext_requests: dict[str, RequestFn] = field(default_factory=dict)
+    ext_notifications: dict[str, NotificationFn] = field(default_factory=dict)
+
+    def methods(self) -> set[str]:
+        """The standard client methods that have a handler (what capabilities derive from)."""
+        return {*self.requests, *self.notifications}
+
+    def shown_kinds(self) -> set[str]:
+        """The update capabilities (``notices``...) a per-kind handler was registered for."""
+        return {kind for kind, _ in self.update_kinds}
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    """A validated client configuration; nothing in it is opened or started yet.
+
+    ``source`` is what to talk over: a :class:`ProcessSpec` (spawned by the runtime), a
+    ``RemoteSpec`` (connected by the runtime) or a transport object of the runtime's kind.
+    """
+
+    source: Any
+    handlers: HandlerSet
+    capabilities: schema.ClientCapabilities
+    client_info: schema.Implementation
+    request_timeout: float | None
+    prompt_timeout: float | None
+    executor: Executor | None
+    wire_tap: WireTap | StrPath | None
+    unstable: bool
+    name: str
+
+    def open_wire_tap(self) -> tuple[WireTap | None, JsonlWireTap | None]:
+        """The tap to hand to the connection, and the JSONL file tap the client owns (a path
+        was given) or None (a callback, or no tap)."""
+        tap = self.wire_tap
+        if tap is None or callable(tap):
+            return tap, None
+        owned = JsonlWireTap(tap)
+        return owned, owned
