@@ -1,6 +1,7 @@
 """acp: a sync-first Python SDK for the Agent Client Protocol (ACP).
 
-Build an agent with :class:`SyncAgent`, drive one with :class:`SyncClient`; the typed messages
+Build an agent with :class:`SyncAgent`, drive one with :class:`SyncClient` (or, on asyncio,
+:class:`AsyncClient`); the typed messages
 are in :mod:`acp.schema`. Names are imported on first use, so ``import acp`` stays cheap.
 """
 
@@ -32,6 +33,8 @@ _LAZY: dict[str, str] = {
     "CommandResult": "acp.agent",
     "SyncClient": "acp.client",
     "SyncClientBuilder": "acp.client",
+    "AsyncClient": "acp.client",
+    "AsyncClientBuilder": "acp.client",
     "ClientRequestContext": "acp.client",
     "UnsupportedProtocolVersionError": "acp.client",
     "LocalFiles": "acp.client",
@@ -55,6 +58,8 @@ if TYPE_CHECKING:
     from .client import (
         AgentSettings,
         AgentSettingsError,
+        AsyncClient,
+        AsyncClientBuilder,
         ClientRequestContext,
         LocalFiles,
         LocalTerminals,
@@ -109,6 +114,8 @@ __all__ = [  # spelled out for linters; tests check it matches _LAZY
     "CommandResult",
     "SyncClient",
     "SyncClientBuilder",
+    "AsyncClient",
+    "AsyncClientBuilder",
     "ClientRequestContext",
     "UnsupportedProtocolVersionError",
     "LocalFiles",

@@ -20,7 +20,7 @@ import msgspec
 
 from .. import schema
 from ..capabilities import NegotiatedCapabilities
-from ..errors import AcpError, CapabilityError
+from ..errors import AcpError, CapabilityError, ConnectionClosedError
 from ._plans import Close, Explain, Notify, Plan, Send, operation
 from ._turns import TurnTracker
 from ._unstable import UnstableMethods, system_prompt_value
@@ -35,6 +35,7 @@ __all__ = [
     "ClientCalls",
     "PromptInput",
     "UnsupportedProtocolVersionError",
+    "closed_error",
     "next_cursor",
 ]
 
@@ -120,6 +121,13 @@ def _method_for_type(tp: type) -> schema.MethodSpec:
     return spec
 
 
+def closed_error(method: str, by_us: bool) -> ConnectionClosedError:
+    """Why ``method`` cannot go out when no process can say more: closed by us, or by the agent."""
+    if by_us:
+        return ConnectionClosedError(f"{method}: the client is closed")
+    return ConnectionClosedError(f"{method}: the agent closed the connection")
+
+
 def next_cursor(page: schema.ListSessionsResponse, seen: set[str]) -> str | None:
     """The cursor of the page after ``page`` (None: the listing is complete); a cursor the
     agent already returned raises :class:`AcpError` instead of looping forever."""
@@ -161,6 +169,14 @@ class ClientCalls(UnstableMethods):
     def is_closed(self) -> bool:  # pragma: no cover - the runtime's
         """True once closed, or once the agent went away."""
         raise NotImplementedError
+
+    def _state_name(self) -> str:
+        return "closed" if self.is_closed else "initialized" if self.is_initialized else "new"
+
+    def _ends_turn(self, exc: BaseException) -> bool:
+        """Whether ``exc``, interrupting ``prompt()``, means the user gave up on the turn (the
+        asyncio runtime: the awaiting task was cancelled), so ``session/cancel`` goes out."""
+        return False
 
     @property
     def capabilities(self) -> NegotiatedCapabilities:
@@ -529,6 +545,15 @@ class ClientCalls(UnstableMethods):
         try:
             result: schema.PromptResponse = yield from self._send("session/prompt", request, timeout=timeout)
             return result
+        except BaseException as exc:
+            if self._ends_turn(exc) and not self.is_closed:
+                # The agent would go on with a turn nobody awaits: stop it the ACP way (the
+                # engine has sent $/cancel_request for the prompt itself).
+                try:
+                    yield from self._cancel(request.session_id, None)
+                except Exception:  # pragma: no cover - closed meanwhile
+                    _log.debug("session/cancel after an abandoned prompt failed", exc_info=True)
+            raise
         finally:
             self._turns.prompt_finished(request.session_id)
 

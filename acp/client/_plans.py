@@ -21,6 +21,8 @@ from typing import Any, Generic, TypeVar, Union, overload
 
 from typing_extensions import Concatenate, ParamSpec
 
+from ..errors import ConnectionClosedError
+
 __all__ = [
     "AwaitableCalls",
     "BlockingCalls",
@@ -31,6 +33,7 @@ __all__ = [
     "Notify",
     "Plan",
     "Send",
+    "explained",
     "operation",
 ]
 
@@ -92,6 +95,12 @@ class Close:
 
 
 Effect = Union[Send, Notify, Explain, Invoke, Close]
+
+
+def explained(effect: Effect, exc: ConnectionClosedError) -> bool:
+    """Whether the runtime replaces ``exc``, raised by a ``Send`` or ``Notify``, with its own
+    explanation of why the connection is gone."""
+    return not (type(effect) is Send and effect.keep_subclass and type(exc) is not ConnectionClosedError)
 #: A call's plan: yields effects, is sent their results, returns the call's result.
 Plan = Generator[Effect, Any, R]
 

@@ -20,10 +20,11 @@ from ._calls import (
     ClientCalls,
     PromptInput,
     UnsupportedProtocolVersionError,
+    closed_error,
     next_cursor,
 )
 from ._handlers import install_handlers
-from ._plans import BlockingCalls, Close, Effect, Explain, Invoke, Notify, Send
+from ._plans import BlockingCalls, Effect, Explain, Invoke, Notify, Send, explained
 from ._turns import TurnTracker
 from .context import AgentProxy
 
@@ -168,13 +169,11 @@ class SyncClient(BlockingCalls, ClientCalls):
 
     def _closed_error(self, method: str) -> ConnectionClosedError:
         """Why ``method`` cannot go out: closed by us, or how the agent (process) went away."""
-        if self._closed:
-            return ConnectionClosedError(f"{method}: the client is closed")
         process = self._process_transport
-        if process is not None:
-            # It is going or gone: how it ended and its last stderr lines come quickly.
-            return process.closed_error(method, timeout=1.0)
-        return ConnectionClosedError(f"{method}: the agent closed the connection")
+        if process is None or self._closed:
+            return closed_error(method, self._closed)
+        # It is going or gone: how it ended and its last stderr lines come quickly.
+        return process.closed_error(method, timeout=1.0)
 
     def _call_view(self, call: InboundCall) -> InboundCall:
         return call  # its cancelled is already a threading.Event
@@ -183,23 +182,22 @@ class SyncClient(BlockingCalls, ClientCalls):
         return fn  # handlers are plain functions, run where the engine runs them
 
     def _perform(self, effect: Effect) -> Any:
-        if type(effect) is Invoke:
-            return effect.fn(*effect.args)
-        if type(effect) is Send:
-            try:
+        kind = type(effect)
+        if kind is Invoke:
+            return effect.fn(*effect.args)  # type: ignore[union-attr]
+        if kind is Explain:
+            return self._closed_error(effect.method)  # type: ignore[union-attr]
+        try:
+            if kind is Send:
+                assert isinstance(effect, Send)
                 return self._conn.request(effect.method, effect.params, effect.result_type, timeout=effect.timeout)
-            except ConnectionClosedError as exc:
-                if effect.keep_subclass and type(exc) is not ConnectionClosedError:
-                    raise  # e.g. a remote refusal, with its status
-                raise self._closed_error(effect.method) from exc
-        if type(effect) is Notify:
-            try:
+            if kind is Notify:
+                assert isinstance(effect, Notify)
                 return self._conn.notify(effect.method, effect.params)
-            except ConnectionClosedError as exc:
-                raise self._closed_error(effect.method) from exc
-        if type(effect) is Explain:
-            return self._closed_error(effect.method)
-        assert type(effect) is Close
+        except ConnectionClosedError as exc:
+            if not explained(effect, exc):
+                raise  # e.g. a remote refusal, with its status
+            raise self._closed_error(effect.method) from exc  # type: ignore[union-attr]
         return self.close()
 
     # ------------------------------------------------------------------ sessions
@@ -234,5 +232,4 @@ class SyncClient(BlockingCalls, ClientCalls):
                 return
 
     def __repr__(self) -> str:
-        state = "closed" if self.is_closed else "initialized" if self.is_initialized else "new"
-        return f"SyncClient({self._transport.description!r}, {state})"
+        return f"SyncClient({self._transport.description!r}, {self._state_name()})"

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from ..schema import unstable as _u
     from .settings import AgentSettings
 
-__all__ = ["ClientBuilderBase", "TerminalHandlers"]
+__all__ = ["ClientBuilderBase", "TerminalHandlers", "is_async"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
@@ -365,7 +365,7 @@ class ClientBuilderBase:
     def _check_handler(self, fn: F, what: str) -> F:
         if not callable(fn):
             raise TypeError(f"{what}: {fn!r} is not callable")
-        if not self._async_handlers and _is_async(fn):
+        if not self._async_handlers and is_async(fn):
             # It would return an un-awaited coroutine: say so now, not at the first message.
             raise TypeError(f"{what}: {fn!r} is an async function; register it on AsyncClient.builder()")
         return fn
@@ -585,7 +585,7 @@ class ClientBuilderBase:
         )
 
 
-def _is_async(fn: Any) -> bool:
+def is_async(fn: Any) -> bool:
     """``async def`` functions and objects whose ``__call__`` is one."""
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)
 
