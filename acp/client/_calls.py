@@ -21,10 +21,12 @@ import msgspec
 from .. import schema
 from ..capabilities import NegotiatedCapabilities
 from ..errors import AcpError, CapabilityError, ConnectionClosedError
+from ._handlers import install_handlers
 from ._plans import Close, Explain, Notify, Plan, Send, operation
 from ._turns import TurnTracker
 from ._unstable import UnstableMethods, system_prompt_value
 from .config import ClientConfig
+from .context import AgentProxy
 
 if TYPE_CHECKING:
     from ..schema import unstable as _u
@@ -146,7 +148,7 @@ def next_cursor(page: schema.ListSessionsResponse, seen: set[str]) -> str | None
 class ClientCalls(UnstableMethods):
     """Everything a client does that does not depend on its runtime: state, checks, calls.
 
-    A runtime subclass sets ``_config`` and ``_turns`` and defines ``is_closed`` and how effects
+    A runtime subclass hands its (unstarted) connection to :meth:`_attach` and says how effects
     are performed (it derives from :class:`BlockingCalls` or :class:`AwaitableCalls` too).
     """
 
@@ -155,20 +157,36 @@ class ClientCalls(UnstableMethods):
     #: How the runtime's builder is spelled in error messages.
     _builder_name = "SyncClient.builder()"
 
-    def _init_state(self, config: ClientConfig, turns: TurnTracker) -> None:
+    def _attach(
+        self, config: ClientConfig, conn: Any, transport: Any, process: Any, owned_tap: Any, turns: TurnTracker
+    ) -> None:
+        """Take over ``conn`` (not started yet, over ``transport``): register the handlers, start it."""
         self._config = config
         self._turns = turns
         self._negotiated: NegotiatedCapabilities | None = None
         self._initializing = False
         self._state_lock = threading.Lock()  # only around the flags, never across a call
         self._closed = False
+        self._conn = conn
+        self._transport = transport
+        self._process_transport = process
+        self._owned_tap = owned_tap
+        self._agent = AgentProxy(conn)
+        install_handlers(conn, self, config.handlers, turns)  # type: ignore[arg-type]  # a runtime subclass
+        conn.start()
 
     # ------------------------------------------------------------------ state
 
     @property
-    def is_closed(self) -> bool:  # pragma: no cover - the runtime's
+    def is_closed(self) -> bool:
         """True once closed, or once the agent went away."""
-        raise NotImplementedError
+        return self._closed or bool(self._conn.is_closed)
+
+    @property
+    def agent(self) -> AgentProxy:
+        """Raw requests/notifications to the agent, without any local checks (awaitable
+        requests on an ``AsyncClient``)."""
+        return self._agent
 
     def _state_name(self) -> str:
         return "closed" if self.is_closed else "initialized" if self.is_initialized else "new"

@@ -30,12 +30,10 @@ from ..aio.connection import AsyncConnection, AsyncInboundCall
 from ..errors import ConnectionClosedError
 from ..transport._remote import RemoteSpec, kind
 from ._calls import ClientCalls, closed_error, next_cursor
-from ._handlers import install_handlers
 from ._plans import AwaitableCalls, Effect, Explain, Invoke, Notify, Send, explained
 from ._turns import TurnTracker
 from .client import AgentProcess
 from .config import ProcessSpec
-from .context import AgentProxy
 from .registration import ClientBuilderBase, is_async
 
 if TYPE_CHECKING:
@@ -122,21 +120,10 @@ class AsyncClient(AwaitableCalls, ClientCalls):
         owned_tap: JsonlWireTap | None = None,
     ) -> None:
         """Internal: use :meth:`builder`. Starts the connection on the running loop."""
-        self._init_state(config, TurnTracker(_answer_early))
-        self._transport = transport
-        self._process_transport = process
-        self._owned_tap = owned_tap
-        self._conn = AsyncConnection(
-            transport,
-            executor=config.executor,
-            request_timeout=config.request_timeout,
-            wire_tap=wire_tap,
-            name=config.name,
-        )
-        self._agent = AgentProxy(self._conn)
+        self._conn: AsyncConnection
         self._process = AsyncAgentProcess(process) if process is not None else None
-        install_handlers(self._conn, self, config.handlers, self._turns)
-        self._conn.start()
+        conn = AsyncConnection(transport, **config.connection_options(wire_tap))
+        self._attach(config, conn, transport, process, owned_tap, TurnTracker(_answer_early))
 
     # ------------------------------------------------------------------ state
 
@@ -144,17 +131,6 @@ class AsyncClient(AwaitableCalls, ClientCalls):
     def process(self) -> AsyncAgentProcess | None:
         """The spawned agent process (``agent_process``), else None."""
         return self._process
-
-    @property
-    def agent(self) -> AgentProxy:
-        """Raw requests/notifications to the agent, without any local checks
-        (``await client.agent.request(...)``)."""
-        return self._agent
-
-    @property
-    def is_closed(self) -> bool:
-        """True once closed, or once the agent went away."""
-        return self._closed or self._conn.is_closed
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -319,20 +295,15 @@ class AsyncClientBuilder(ClientBuilderBase):
 
     async def _build(self) -> AsyncClient:
         config = self.config()
-        tap, owned_tap = config.open_wire_tap()  # an unwritable path fails before the spawn
         source = config.source
         process = None
-        try:
+        with config.opening() as (tap, owned_tap):
             if isinstance(source, ProcessSpec):
                 transport = process = await _spawn(source)
             elif isinstance(source, RemoteSpec):
                 transport = await _connect(source)
             else:
                 transport = source
-        except BaseException:
-            if owned_tap is not None:
-                owned_tap.close()
-            raise
         return AsyncClient(config, transport, process=process, wire_tap=tap, owned_tap=owned_tap)
 
 

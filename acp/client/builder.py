@@ -46,11 +46,10 @@ class SyncClientBuilder(ClientBuilderBase):
         from ..transport.process import ProcessTransport
 
         config = self.config()
-        tap, owned_tap = config.open_wire_tap()  # an unwritable path fails before the spawn
         source = config.source
         process: ProcessTransport | None = None
         transport: Transport
-        try:
+        with config.opening() as (tap, owned_tap):
             if isinstance(source, ProcessSpec):
                 transport = process = ProcessTransport(
                     source.argv,
@@ -63,8 +62,4 @@ class SyncClientBuilder(ClientBuilderBase):
                 transport = source.open()
             else:
                 transport = source
-        except BaseException:
-            if owned_tap is not None:
-                owned_tap.close()
-            raise
         return SyncClient(config, transport, process=process, wire_tap=tap, owned_tap=owned_tap)

@@ -23,10 +23,8 @@ from ._calls import (
     closed_error,
     next_cursor,
 )
-from ._handlers import install_handlers
 from ._plans import BlockingCalls, Effect, Explain, Invoke, Notify, Send, explained
 from ._turns import TurnTracker
-from .context import AgentProxy
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -109,21 +107,10 @@ class SyncClient(BlockingCalls, ClientCalls):
         owned_tap: JsonlWireTap | None = None,
     ) -> None:
         """Internal: use :meth:`builder`. Starts the connection over ``transport`` at once."""
-        self._init_state(config, TurnTracker())
-        self._transport = transport
-        self._process_transport = process
-        self._owned_tap = owned_tap
-        self._conn = Connection(
-            transport,
-            executor=config.executor,
-            request_timeout=config.request_timeout,
-            wire_tap=wire_tap,
-            name=config.name,
-        )
-        self._agent = AgentProxy(self._conn)
+        self._conn: Connection
         self._process = AgentProcess(process) if process is not None else None
-        install_handlers(self._conn, self, config.handlers, self._turns)
-        self._conn.start()
+        conn = Connection(transport, **config.connection_options(wire_tap))
+        self._attach(config, conn, transport, process, owned_tap, TurnTracker())
 
     # ------------------------------------------------------------------ state
 
@@ -131,16 +118,6 @@ class SyncClient(BlockingCalls, ClientCalls):
     def process(self) -> AgentProcess | None:
         """The spawned agent process (``agent_process``), else None."""
         return self._process
-
-    @property
-    def agent(self) -> AgentProxy:
-        """Raw requests/notifications to the agent, without any local checks."""
-        return self._agent
-
-    @property
-    def is_closed(self) -> bool:
-        """True once closed, or once the agent went away."""
-        return self._closed or self._conn.is_closed
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -173,7 +150,8 @@ class SyncClient(BlockingCalls, ClientCalls):
         if process is None or self._closed:
             return closed_error(method, self._closed)
         # It is going or gone: how it ended and its last stderr lines come quickly.
-        return process.closed_error(method, timeout=1.0)
+        error: ConnectionClosedError = process.closed_error(method, timeout=1.0)
+        return error
 
     def _call_view(self, call: InboundCall) -> InboundCall:
         return call  # its cancelled is already a threading.Event

@@ -9,8 +9,9 @@ takes the config and opens its transport. Nothing here knows about threads, task
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Executor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Union
 
@@ -81,11 +82,27 @@ class ClientConfig:
     unstable: bool
     name: str
 
-    def open_wire_tap(self) -> tuple[WireTap | None, JsonlWireTap | None]:
-        """The tap to hand to the connection, and the JSONL file tap the client owns (a path
-        was given) or None (a callback, or no tap)."""
+    def connection_options(self, wire_tap: WireTap | None) -> dict[str, Any]:
+        """The keyword arguments of either runtime's connection."""
+        return {
+            "executor": self.executor,
+            "request_timeout": self.request_timeout,
+            "wire_tap": wire_tap,
+            "name": self.name,
+        }
+
+    @contextmanager
+    def opening(self) -> Iterator[tuple[WireTap | None, JsonlWireTap | None]]:
+        """Open the wire tap, for the ``with`` block that opens the transport: the tap to hand
+        to the connection, and the JSONL file tap the client owns (a path was given) or None.
+        An unwritable path fails before anything is spawned; a failure in the block closes it."""
         tap = self.wire_tap
         if tap is None or callable(tap):
-            return tap, None
+            yield tap, None
+            return
         owned = JsonlWireTap(tap)
-        return owned, owned
+        try:
+            yield owned, owned
+        except BaseException:
+            owned.close()
+            raise
