@@ -322,7 +322,7 @@ async def _spawn(spec: ProcessSpec) -> Any:
 async def _connect(spec: RemoteSpec) -> AsyncTransport:
     from ..aio import transport as aio_transport
 
-    connect = aio_transport.connect_websocket if kind(spec.url) == "websocket" else aio_transport.connect_http  # type: ignore[attr-defined]
+    connect = aio_transport.connect_websocket if kind(spec.url) == "websocket" else aio_transport.connect_http
     result: AsyncTransport = await connect(
         spec.url,
         headers=spec.headers,
