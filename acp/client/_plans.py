@@ -16,6 +16,7 @@ an awaitable of one on ``AsyncClient`` (same name, parameters and docstring).
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any, Generic, TypeVar, Union, overload
 
@@ -105,14 +106,6 @@ def explained(effect: Effect, exc: ConnectionClosedError) -> bool:
 Plan = Generator[Effect, Any, R]
 
 
-def _step(plan: Plan[Any], value: Any, error: BaseException | None) -> tuple[bool, Any]:
-    """Resume ``plan`` with ``value`` (or throw ``error`` into it): (finished, result or effect)."""
-    try:
-        return False, plan.send(value) if error is None else plan.throw(error)
-    except StopIteration as stop:
-        return True, stop.value
-
-
 class BlockingCalls:
     """Runs plans by blocking on each effect (the threaded runtime)."""
 
@@ -120,15 +113,19 @@ class BlockingCalls:
         raise NotImplementedError
 
     def _run(self, plan: Plan[R]) -> R:
-        done, out = _step(plan, None, None)
-        while not done:
-            try:
-                value, error = self._perform(out), None
-            except BaseException as exc:  # thrown into the plan, which may handle it
-                value, error = None, exc
-            done, out = _step(plan, value, error)
-        result: R = out
-        return result
+        send, perform = plan.send, self._perform
+        try:
+            effect = send(None)
+            while True:
+                try:
+                    value = perform(effect)
+                except BaseException as exc:  # thrown into the plan, which may handle it
+                    effect = plan.throw(exc)
+                else:
+                    effect = send(value)
+        except StopIteration as stop:  # the plan returned
+            result: R = stop.value
+            return result
 
     def _bind(self, plan: Callable[..., Plan[Any]]) -> Callable[..., Any]:
         @functools.wraps(plan)
@@ -145,15 +142,19 @@ class AwaitableCalls:
         raise NotImplementedError
 
     async def _run(self, plan: Plan[R]) -> R:
-        done, out = _step(plan, None, None)
-        while not done:
-            try:
-                value, error = await self._perform(out), None
-            except BaseException as exc:  # CancelledError too: the plan's finally blocks run
-                value, error = None, exc
-            done, out = _step(plan, value, error)
-        result: R = out
-        return result
+        send, perform = plan.send, self._perform
+        try:
+            effect = send(None)
+            while True:
+                try:
+                    value = await perform(effect)
+                except BaseException as exc:  # CancelledError too: the plan's finally blocks run
+                    effect = plan.throw(exc)
+                else:
+                    effect = send(value)
+        except StopIteration as stop:  # the plan returned
+            result: R = stop.value
+            return result
 
     def _bind(self, plan: Callable[..., Plan[Any]]) -> Callable[..., Any]:
         @functools.wraps(plan)
@@ -171,7 +172,20 @@ class operation(Generic[P, R]):
     def __init__(self, plan: Callable[Concatenate[Any, P], Plan[R]]) -> None:
         self.plan = plan
         self.name = plan.__name__
+        self._signature: inspect.Signature | None = None
         functools.update_wrapper(self, plan)  # type: ignore[arg-type]  # docs, name, __wrapped__
+
+    def __repr__(self) -> str:
+        return f"<operation {self.plan.__qualname__}>"
+
+    def bound_signature(self) -> inspect.Signature:
+        """The signature of the bound method (``self`` dropped; the result is the runtime's)."""
+        if self._signature is None:
+            signature = inspect.signature(self.plan)
+            self._signature = signature.replace(
+                parameters=list(signature.parameters.values())[1:], return_annotation=inspect.Signature.empty
+            )
+        return self._signature
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
@@ -188,5 +202,6 @@ class operation(Generic[P, R]):
         if obj is None:
             return self
         bound = obj._bind(self.plan)
+        bound.__signature__ = self.bound_signature()  # for help() and IDEs: not the plan's
         obj.__dict__[self.name] = bound  # later lookups find it without this descriptor
         return bound

@@ -308,7 +308,7 @@ class AsyncClientBuilder(ClientBuilderBase):
 
 
 async def _spawn(spec: ProcessSpec) -> Any:
-    from ..aio.transport import ProcessTransport  # type: ignore[attr-defined]
+    from ..aio.transport import ProcessTransport
 
     return await ProcessTransport.spawn(
         list(spec.argv),
