@@ -1,7 +1,6 @@
 """acp: a sync-first Python SDK for the Agent Client Protocol (ACP).
 
-Build an agent with :class:`SyncAgent`, drive one with :class:`SyncClient` (or, on asyncio,
-:class:`AsyncClient`); the typed messages
+Build an agent with :class:`SyncAgent`, drive one with :class:`SyncClient`; the typed messages
 are in :mod:`acp.schema`. Names are imported on first use, so ``import acp`` stays cheap.
 """
 
