@@ -141,6 +141,28 @@ def test_an_update_handler_may_await_its_own_request(no_thread_leak: None) -> No
     go(main)
 
 
+def test_a_late_update_reaches_the_handler_after_the_turn(no_thread_leak: None) -> None:
+    """As on the threaded client: an update the agent sends after the prompt's answer is not
+    part of the turn, and is handled when it comes (``acp chat`` redraws its prompt for it)."""
+
+    async def main() -> None:
+        late = asyncio.Event()
+        seen: list[str] = []
+
+        async def on_update(note: S.SessionNotification) -> None:
+            seen.extend(texts([note.update]))
+            if seen[-1:] == ["late: after\n"]:
+                late.set()
+
+        async with builder().session_update_handler(on_update).build() as client:
+            session_id = await started(client)
+            assert (await client.prompt(session_id, "late after")).stop_reason == "end_turn"
+            assert "late: after\n" not in seen  # not before the answer
+            await late.wait()
+
+    go(main)
+
+
 # ====================================================================== where handlers run
 
 
@@ -364,6 +386,8 @@ def test_builders_check_their_handlers_and_transports() -> None:
         acp.AsyncClient.builder().session_update_handler(handler).config()
     with pytest.raises(ValueError, match="terminal handlers are all or none"):
         acp.AsyncClient.builder().agent_process(*ECHO).create_terminal_handler(handler).config()
+    config = acp.AsyncClient.builder().agent_process(*ECHO).config()
+    assert (config.request_timeout, config.prompt_timeout) == (60.0, None)
     # Same registration code, same derived capabilities on both builders.
     for b in (acp.SyncClient.builder(), acp.AsyncClient.builder()):
         caps = b.agent_process(*ECHO).read_text_file_handler(lambda request, ctx: "").derived_capabilities()
