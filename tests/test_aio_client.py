@@ -502,3 +502,15 @@ def test_connect_reaches_a_remote_agent(profile: str, no_thread_leak: None) -> N
                 assert texts(seen) == [f"chunk {i}/30\n" for i in range(1, 31)]
 
         go(main)
+
+
+def test_a_wire_tap_path_gets_the_transcript(tmp_path: Path, no_thread_leak: None) -> None:
+    transcript = tmp_path / "wire.jsonl"
+
+    async def main() -> None:
+        async with builder(ECHO).wire_tap(transcript).build() as client:
+            await client.initialize()
+
+    go(main)
+    lines = transcript.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 2 and '"initialize"' in lines[0]  # the request and its answer
