@@ -39,6 +39,7 @@ from .registration import ClientBuilderBase, is_async
 if TYPE_CHECKING:
     from .. import schema
     from ..aio.transport import AsyncTransport
+    from ..aio.transport.process import ProcessTransport
     from ..connection import WireTap
     from ..schema import unstable as _u
     from ..wiretap import JsonlWireTap
@@ -55,8 +56,7 @@ class AsyncAgentProcess(AgentProcess):
 
     async def wait(self, timeout: float | None = None) -> int | None:  # type: ignore[override]
         """Wait for it to exit; its return code, or None when ``timeout`` passed first."""
-        transport: Any = self._transport  # the asyncio ProcessTransport: its wait is awaited
-        code: int | None = await transport.wait(timeout)
+        code: int | None = await self._transport.wait(timeout)
         return code
 
 
@@ -115,7 +115,7 @@ class AsyncClient(AwaitableCalls, ClientCalls):
         config: ClientConfig,
         transport: AsyncTransport,
         *,
-        process: Any = None,
+        process: ProcessTransport | None = None,
         wire_tap: WireTap | None = None,
         owned_tap: JsonlWireTap | None = None,
     ) -> None:
@@ -164,8 +164,8 @@ class AsyncClient(AwaitableCalls, ClientCalls):
         if process is None or self._closed:
             return closed_error(method, self._closed)
         # It is going or gone: how it ended and its last stderr lines come quickly.
-        error = process.closed_error(method, timeout=1.0)
-        return await error if inspect.isawaitable(error) else error  # type: ignore[no-any-return]
+        error: ConnectionClosedError = await process.closed_error(method, timeout=1.0)
+        return error
 
     def _call_view(self, call: AsyncInboundCall) -> _ThreadSafeCall:
         return _ThreadSafeCall(call)
@@ -296,7 +296,8 @@ class AsyncClientBuilder(ClientBuilderBase):
     async def _build(self) -> AsyncClient:
         config = self.config()
         source = config.source
-        process = None
+        process: ProcessTransport | None = None
+        transport: AsyncTransport
         with config.opening() as (tap, owned_tap):
             if isinstance(source, ProcessSpec):
                 transport = process = await _spawn(source)
@@ -307,8 +308,8 @@ class AsyncClientBuilder(ClientBuilderBase):
         return AsyncClient(config, transport, process=process, wire_tap=tap, owned_tap=owned_tap)
 
 
-async def _spawn(spec: ProcessSpec) -> Any:
-    from ..aio.transport import ProcessTransport
+async def _spawn(spec: ProcessSpec) -> ProcessTransport:
+    from ..aio.transport.process import ProcessTransport
 
     return await ProcessTransport.spawn(
         list(spec.argv),

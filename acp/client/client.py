@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
     from .. import schema
+    from ..aio.transport.process import ProcessTransport as AioProcessTransport
     from ..connection import InboundCall, WireTap
     from ..schema import unstable as _u
     from ..transport.base import Transport
@@ -52,32 +53,37 @@ class AgentProcess:
 
     __slots__ = ("_transport",)
 
-    def __init__(self, transport: ProcessTransport) -> None:
-        self._transport = transport
+    def __init__(self, transport: ProcessTransport | AioProcessTransport) -> None:
+        self._transport: Any = transport  # either runtime's: the same facts, wait() differs
 
     @property
     def pid(self) -> int:
         """The agent's process id."""
-        return self._transport.pid
+        pid: int = self._transport.pid
+        return pid
 
     @property
     def argv(self) -> tuple[str, ...]:
         """The command line it was started with."""
-        return self._transport.argv
+        argv: tuple[str, ...] = self._transport.argv
+        return argv
 
     @property
     def returncode(self) -> int | None:
         """Its exit status (negative: killed by that signal), or None while it runs."""
-        return self._transport.returncode
+        code: int | None = self._transport.returncode
+        return code
 
     @property
     def stderr_tail(self) -> str:
         """The last lines it wrote to stderr (at most 20 non-blank lines, 8 KiB); "" if none."""
-        return self._transport.stderr_tail
+        tail: str = self._transport.stderr_tail
+        return tail
 
     def wait(self, timeout: float | None = None) -> int | None:
         """Wait for it to exit; its return code, or None when ``timeout`` passed first."""
-        return self._transport.wait(timeout)
+        code: int | None = self._transport.wait(timeout)
+        return code
 
     def __repr__(self) -> str:
         return f"AgentProcess(pid={self.pid}, returncode={self.returncode})"
