@@ -178,6 +178,8 @@ class AsyncInboundCall(rpc.InboundRequest):
         task = self.task
         if task is not None and not task.done() and task is not asyncio.current_task():
             task.cancel()
+            # Cancelled before its first step, its coroutine never runs to remove it.
+            task.add_done_callback(self.connection._tasks.discard)
 
     def _set_cancelled(self) -> None:
         if self._is_cancelled:
@@ -259,8 +261,11 @@ class AsyncConnection:
         self._max_queued = MAX_QUEUED_MESSAGES
         # The Future the idle dispatcher sleeps on (None while it works).
         self._wake: asyncio.Future[None] | None = None
-        # Backpressure: the Future the held reader sleeps on.
+        # Backpressure: the reader is held (and, reading with read(), the Future it sleeps on).
+        self._reader_held = False
         self._held: asyncio.Future[None] | None = None
+        # Set when the transport pushes what it reads (set_receiver): no reader task then.
+        self._pushed = False
         # A notification handler awaits an answer: the reader must not be held.
         self._dispatcher_asked = False
 
@@ -373,7 +378,14 @@ class AsyncConnection:
         self._drained = loop.create_future()
         self._drain_done = loop.create_future()
         self._dispatcher = loop.create_task(self._dispatch_loop(), name=f"{self.name}-dispatcher")
-        self._reader = loop.create_task(self._read_loop(), name=f"{self.name}-reader")
+        set_receiver = getattr(self._transport, "set_receiver", None)
+        if set_receiver is not None:
+            # The transport calls us with each chunk (ReceivingTransport): one loop callback
+            # per read instead of waking a reader task.
+            self._pushed = True
+            set_receiver(self._data_received)
+        else:
+            self._reader = loop.create_task(self._read_loop(), name=f"{self.name}-reader")
         return self
 
     @property
@@ -449,8 +461,7 @@ class AsyncConnection:
             self._fail(record, error)
         for timer in list(self._timers):
             timer.cancel()
-        if self._held is not None and not self._held.done():
-            self._held.set_result(None)
+        self._release_reader()
         tasks = [t for t in self._tasks if t is not current and not t.done()]
         for task in (self._reader, self._dispatcher):
             if task is not None and task is not current and not task.done():
@@ -468,6 +479,7 @@ class AsyncConnection:
             if any(not t.done() for t in tasks):
                 _log.warning("%s: a handler task is still running after close", self.name)
         self._queue.clear()
+        self._tasks.clear()
         pool = self._own_executor
         if pool is not None:
             pool.shutdown(wait=False)
@@ -532,9 +544,8 @@ class AsyncConnection:
         if serial:
             # A notification handler waits for this answer: the reader must keep reading.
             self._dispatcher_asked = True
-            held = self._held
-            if held is not None and not held.done():
-                held.set_result(None)
+            if self._reader_held:
+                self._release_reader()
         line = ep.request_line(pending, params)
         try:
             self._write(line)
@@ -703,10 +714,44 @@ class AsyncConnection:
         loop = self._loop
         assert loop is not None
         held = self._held = loop.create_future()
+        self._reader_held = True
         try:
             await held
         finally:
             self._held = None
+            self._reader_held = False
+
+    def _release_reader(self) -> None:
+        if self._pushed:
+            if self._reader_held:
+                self._reader_held = False
+                try:
+                    self._transport.resume_reading()  # type: ignore[attr-defined]
+                except Exception:
+                    _log.debug("%s: resume_reading failed", self.name, exc_info=True)
+            return
+        held = self._held
+        if held is not None and not held.done():
+            held.set_result(None)
+
+    def _data_received(self, data: bytes) -> None:
+        """What a ReceivingTransport read (b"": end of stream), pushed on the loop."""
+        if self._closed or self._endpoint.eof:
+            return
+        try:
+            if data:
+                lines = self._framer.feed(data)
+                if lines:
+                    self._on_lines(lines)
+                if len(self._queue) >= self._max_queued and not self._dispatcher_asked and not self._reader_held:
+                    self._reader_held = True
+                    self._transport.pause_reading()  # type: ignore[attr-defined]
+                return
+            self._on_lines(self._framer.end())
+        except Exception:
+            _log.exception("%s: reader failed", self.name)
+        if not self._closed and not self._endpoint.eof:
+            self._on_eof()
 
     def _on_lines(self, lines: list[bytes | rpc.LineTooLong]) -> None:
         """Route the lines of one read."""
@@ -876,7 +921,12 @@ class AsyncConnection:
                 self._write_answer(line)
             return
         if result is not None and inspect.isawaitable(result):
-            call.task = self._spawn(self._run_request(call, result))
+            loop = self._loop
+            assert loop is not None
+            # No done callback (one more loop callback per request): _run_request removes
+            # its task itself; a task cancelled before its first step is removed by cancel().
+            task = call.task = loop.create_task(self._run_request(call, result))
+            self._tasks.add(task)
             return
         line = ep.answer(call, result)
         if line is not None:
@@ -895,6 +945,7 @@ class AsyncConnection:
         try:
             result = await awaitable
         except asyncio.CancelledError:
+            self._tasks.discard(call.task)  # type: ignore[arg-type]
             # Cancelled by $/cancel_request, call.cancel() or close: answered already, or the
             # canceller answers. Cancelled by anyone else: the peer must still get an answer.
             if not call._is_cancelled and not self._closed:
@@ -903,10 +954,12 @@ class AsyncConnection:
                     self._write_answer(line)
             raise
         except Exception as exc:
+            self._tasks.discard(call.task)  # type: ignore[arg-type]
             if not isinstance(exc, RequestError):
                 _log.exception("%s: %s handler failed", self.name, call.method)
             line = ep.answer_exception(call, exc)
         else:
+            self._tasks.discard(call.task)  # type: ignore[arg-type]
             line = ep.answer(call, result)
         if line is not None:
             self._write_answer(line)
@@ -955,9 +1008,8 @@ class AsyncConnection:
                 self._run_close_callbacks()
                 return
             queue.popleft()
-            held = self._held
-            if held is not None and len(queue) < self._max_queued // 2 and not held.done():
-                held.set_result(None)
+            if self._reader_held and len(queue) < self._max_queued // 2:
+                self._release_reader()
 
 
 def _remaining(loop: asyncio.AbstractEventLoop, deadline: float | None) -> float | None:
