@@ -945,7 +945,7 @@ class AsyncConnection:
         try:
             result = await awaitable
         except asyncio.CancelledError:
-            self._tasks.discard(call.task)  # type: ignore[arg-type]
+            self._tasks.discard(call.task)
             # Cancelled by $/cancel_request, call.cancel() or close: answered already, or the
             # canceller answers. Cancelled by anyone else: the peer must still get an answer.
             if not call._is_cancelled and not self._closed:
@@ -954,12 +954,12 @@ class AsyncConnection:
                     self._write_answer(line)
             raise
         except Exception as exc:
-            self._tasks.discard(call.task)  # type: ignore[arg-type]
+            self._tasks.discard(call.task)
             if not isinstance(exc, RequestError):
                 _log.exception("%s: %s handler failed", self.name, call.method)
             line = ep.answer_exception(call, exc)
         else:
-            self._tasks.discard(call.task)  # type: ignore[arg-type]
+            self._tasks.discard(call.task)
             line = ep.answer(call, result)
         if line is not None:
             self._write_answer(line)
