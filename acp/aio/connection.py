@@ -973,6 +973,8 @@ class AsyncConnection:
         ep = self._endpoint
         while True:
             if not queue:
+                if self._closed:
+                    return
                 wake = self._wake = loop.create_future()
                 await wake
                 continue
@@ -1007,6 +1009,8 @@ class AsyncConnection:
                         fut.set_result(None)
                 self._run_close_callbacks()
                 return
+            if self._closed:
+                return  # closed from a handler run here (close() cleared the queue)
             queue.popleft()
             if self._reader_held and len(queue) < self._max_queued // 2:
                 self._release_reader()
