@@ -46,6 +46,7 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from typing import Any, TypeVar
 
+import msgspec
 from typing_extensions import ParamSpec
 
 from .. import rpc
@@ -547,19 +548,22 @@ class AsyncConnection:
             if self._reader_held:
                 self._release_reader()
         line = ep.request_line(pending, params)
-        try:
-            self._write(line)
-        except BaseException:
-            ep.abandon(pending.id)
-            raise
         if timeout is _USE_DEFAULT:
             timeout = self.request_timeout
-        timer = loop.call_later(timeout, self._expire, pending) if timeout is not None else None
+        timer = None
         try:
+            self._write(line)
+            if timeout is not None:
+                timer = loop.call_later(timeout, self._expire, pending)
+            # Flow control: a caller sending faster than the peer reads waits here.
+            await self._transport.drain()
             msg = await waiter
         except asyncio.CancelledError:
             if ep.abandon(pending.id) is not None:
                 self._send_cancel(pending.id)
+            raise
+        except BaseException:
+            ep.abandon(pending.id)  # the write failed: nothing left pending
             raise
         finally:
             if timer is not None:
@@ -584,6 +588,14 @@ class AsyncConnection:
             loop.call_soon(self._flush)
         elif self._wbuf_size >= _FLUSH_BYTES:
             self._flush()
+
+    async def drain(self) -> None:
+        """Write the batched notifications now and wait until the transport's write buffer is
+        below its high-water mark (e.g. every so often while streaming many updates).
+        ConnectionClosedError if the pipe closed with data still unwritten. (An addition to
+        the threaded Connection's API, for async streaming.)"""
+        self._flush()
+        await self._transport.drain()
 
     def cancel_request(self, msg_id: int) -> None:
         """Abandon an outbound request: the peer gets ``$/cancel_request``, the caller
@@ -771,7 +783,22 @@ class AsyncConnection:
             if cls is _Notification:
                 # Inlined: notifications are the bulk of a stream.
                 handler = handlers.get(msg.method)  # type: ignore[union-attr]
-                if handler is not None and handler.immediate:
+                if handler is not None and handler.notification and not handler.immediate and not queue:
+                    # Nothing queued ahead: call the handler here; an awaitable it returns
+                    # goes to the head of the queue, awaited before anything read after it.
+                    try:
+                        params = handler.decode(msg.params)  # type: ignore[union-attr]
+                    except (msgspec.DecodeError, RecursionError) as exc:  # ValidationError, bad UTF-8...
+                        _log.warning("%s: %s notification with invalid params: %s", self.name, msg.method, exc)  # type: ignore[union-attr]
+                        continue
+                    try:
+                        result = handler.fn(params)
+                    except Exception:
+                        _log.exception("%s: %s notification handler failed", self.name, msg.method)  # type: ignore[union-attr]
+                        continue
+                    if result is not None and inspect.isawaitable(result):
+                        queue.append((result, msg.method))  # type: ignore[union-attr]
+                elif handler is not None and handler.immediate:
                     self._run_immediate(msg)  # type: ignore[arg-type]
                 elif msg.method == rpc.CANCEL_REQUEST:  # type: ignore[union-attr]
                     self._on_cancel_request(msg)  # type: ignore[arg-type]

@@ -883,3 +883,20 @@ def test_wait_closed_times_out_while_input_goes_on() -> None:
         assert await conn.wait_closed(0)
 
     run(main)
+
+
+def test_drain_waits_for_a_slow_reader() -> None:
+    async def main() -> None:
+        conn, peer = _raw()
+        conn.start()
+        for i in range(3000):
+            conn.notify("chunk", {"i": i, "pad": "x" * 1000})  # ~3 MiB, over the high-water mark
+        draining = asyncio.ensure_future(conn.drain())
+        await yield_loop()
+        assert not draining.done()  # the peer has read nothing yet
+        for i in range(3000):
+            assert (await peer.recv())["params"]["i"] == i
+        await asyncio.wait_for(draining, WAIT)
+        await conn.close()
+
+    run(main)
