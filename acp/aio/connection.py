@@ -969,6 +969,11 @@ class AsyncConnection:
 
     async def _run_request(self, call: AsyncInboundCall, awaitable: Awaitable[Any]) -> None:
         ep = self._endpoint
+        if _serial.get():
+            # The task copied a context marked by a notification handler (a loop callback
+            # scheduled from one, e.g. an in-process peer's write): a request handler's own
+            # calls must wait their turn like any other.
+            _serial.set(False)
         try:
             result = await awaitable
         except asyncio.CancelledError:
@@ -1006,36 +1011,39 @@ class AsyncConnection:
                 await wake
                 continue
             item = queue[0]
-            cls = type(item)
-            if cls is _Notification:
-                target = ep.notification_params(item)
-                if target is not None:
-                    fn, args = target
-                    try:
-                        result = fn(*args)
-                    except Exception:
-                        _log.exception("%s: %s notification handler failed", self.name, item.method)
-                        result = None
-                    if result is not None and inspect.isawaitable(result):
-                        await self._await_notification(result, item.method)
-            elif cls is tuple and len(item) == 2:
-                # An awaitable a notification handler returned when run by the reader.
-                await self._await_notification(*item)
-            elif cls is tuple:
-                if not item[0].is_answered:  # a $/cancel_request answered it while queued
-                    self._start_request(item)
-            elif cls is _Response or cls is _ErrorResponse:
-                self._complete(item)
-            elif item is _DRAIN_MARK:
-                if self._drain_done is not None and not self._drain_done.done():
-                    self._drain_done.set_result(None)
-            elif item is _EOF_MARK:
-                queue.popleft()
-                for fut in (self._drain_done, self._drained):
-                    if fut is not None and not fut.done():
-                        fut.set_result(None)
-                self._run_close_callbacks()
-                return
+            try:
+                cls = type(item)
+                if cls is _Notification:
+                    target = ep.notification_params(item)
+                    if target is not None:
+                        fn, args = target
+                        try:
+                            result = fn(*args)
+                        except Exception:
+                            _log.exception("%s: %s notification handler failed", self.name, item.method)
+                            result = None
+                        if result is not None and inspect.isawaitable(result):
+                            await self._await_notification(result, item.method)
+                elif cls is tuple and len(item) == 2:
+                    # An awaitable a notification handler returned when run by the reader.
+                    await self._await_notification(*item)
+                elif cls is tuple:
+                    if not item[0].is_answered:  # a $/cancel_request answered it while queued
+                        self._start_request(item)
+                elif cls is _Response or cls is _ErrorResponse:
+                    self._complete(item)
+                elif item is _DRAIN_MARK:
+                    if self._drain_done is not None and not self._drain_done.done():
+                        self._drain_done.set_result(None)
+                elif item is _EOF_MARK:
+                    queue.popleft()
+                    for fut in (self._drain_done, self._drained):
+                        if fut is not None and not fut.done():
+                            fut.set_result(None)
+                    self._run_close_callbacks()
+                    return
+            except Exception:  # a bug here must not stop the queue: everything behind would hang
+                _log.exception("%s: dispatching %r failed", self.name, type(item).__name__)
             if self._closed:
                 return  # closed from a handler run here (close() cleared the queue)
             queue.popleft()

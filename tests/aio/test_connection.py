@@ -900,3 +900,31 @@ def test_drain_waits_for_a_slow_reader() -> None:
         await conn.close()
 
     run(main)
+
+
+def test_request_handlers_started_from_a_peers_notification_handler_are_not_serial() -> None:
+    async def main() -> None:
+        a, b = _pair()
+        marks: list[bool] = []
+
+        async def on_note(params: Any) -> None:
+            # Awaited by a's dispatcher: a's requests from here are serial (deadlock rule)...
+            assert aio_connection._serial.get()
+            await a.request("ask")
+
+        async def ask(params: Any, call: AsyncInboundCall) -> Any:
+            # ...but b's handler for it is an ordinary request handler.
+            marks.append(aio_connection._serial.get())
+            return "ok"
+
+        a.on_notification("note", on_note)
+        b.on_request("ask", ask)
+        b.on_request("go", lambda params, call: b.notify("note") or "went")
+        a.start()
+        b.start()
+        assert await a.request("go") == "went"
+        assert marks == [False]
+        await a.close()
+        await b.close()
+
+    run(main)

@@ -9,6 +9,7 @@ one process.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections import deque
 from collections.abc import Callable
 
@@ -25,7 +26,7 @@ class MemoryTransport:
     """One end of :func:`memory_pair`. Every method is called on the loop of its pair."""
 
     __slots__ = ("_peer", "_chunks", "_buffered", "_eof", "_closed", "_write_closed", "_reader", "_drainers",
-                 "_description", "_receiver", "_paused", "_scheduled", "_eof_pushed")
+                 "_description", "_receiver", "_paused", "_scheduled", "_eof_pushed", "_context")
 
     def __init__(self, description: str) -> None:
         self._peer: MemoryTransport | None = None
@@ -48,6 +49,9 @@ class MemoryTransport:
         self._paused = False
         self._scheduled = False
         self._eof_pushed = False
+        # Deliveries run in this end's own context, not in a copy of the writer's (the peer's
+        # handler, whose context variables are none of this end's business).
+        self._context = contextvars.Context()
 
     @property
     def description(self) -> str:
@@ -154,7 +158,7 @@ class MemoryTransport:
     def _schedule(self) -> None:
         if not self._scheduled and not self._paused and not self._eof_pushed:
             self._scheduled = True
-            asyncio.get_running_loop().call_soon(self._deliver)
+            asyncio.get_running_loop().call_soon(self._deliver, context=self._context)
 
     def _deliver(self) -> None:
         # A loop callback, never inside a write: no re-entrancy between the two ends.
