@@ -279,6 +279,11 @@ class AsyncConnection:
         # Request handler tasks still running.
         self._tasks: set[asyncio.Task[Any]] = set()
         self._timers: set[Timer] = set()
+        # Request timeouts, by duration: the calls of one duration expire in the order they
+        # were made, so each duration needs one loop timer (for its oldest call), not one per
+        # call. id -> (deadline, pending), in insertion (= deadline) order.
+        self._timeouts: dict[float, dict[int, tuple[float, rpc.Pending]]] = {}
+        self._sweeps: dict[float, asyncio.TimerHandle] = {}
 
         self._started = False
         self._closed = False
@@ -462,6 +467,10 @@ class AsyncConnection:
             self._fail(record, error)
         for timer in list(self._timers):
             timer.cancel()
+        for sweep in self._sweeps.values():
+            sweep.cancel()
+        self._sweeps.clear()
+        self._timeouts.clear()
         self._release_reader()
         tasks = [t for t in self._tasks if t is not current and not t.done()]
         for task in (self._reader, self._dispatcher):
@@ -550,11 +559,17 @@ class AsyncConnection:
         line = ep.request_line(pending, params)
         if timeout is _USE_DEFAULT:
             timeout = self.request_timeout
-        timer = None
+        deadlines = None
         try:
             self._write(line)
             if timeout is not None:
-                timer = loop.call_later(timeout, self._expire, pending)
+                deadlines = self._timeouts.get(timeout)
+                if deadlines is None:
+                    deadlines = self._timeouts[timeout] = {}
+                deadline = loop.time() + timeout
+                deadlines[pending.id] = (deadline, pending)
+                if timeout not in self._sweeps:
+                    self._sweeps[timeout] = loop.call_at(deadline, self._sweep, timeout)
             # Flow control: a caller sending faster than the peer reads waits here.
             await self._transport.drain()
             msg = await waiter
@@ -566,8 +581,8 @@ class AsyncConnection:
             ep.abandon(pending.id)  # the write failed: nothing left pending
             raise
         finally:
-            if timer is not None:
-                timer.cancel()
+            if deadlines is not None:
+                deadlines.pop(pending.id, None)
         if type(msg) is _Response:
             return ep.decode_result(pending, msg.result)
         raise ep.response_error(msg)
@@ -625,6 +640,29 @@ class AsyncConnection:
             callback()
         except Exception:
             _log.exception("%s: a timer callback failed", self.name)
+
+    def _sweep(self, timeout: float) -> None:
+        """Expire the calls of duration ``timeout`` whose deadline passed (oldest first), then
+        wait for the next one."""
+        del self._sweeps[timeout]
+        deadlines = self._timeouts.get(timeout)
+        if not deadlines:
+            self._timeouts.pop(timeout, None)
+            return
+        loop = self._loop
+        assert loop is not None
+        now = loop.time()
+        expired = []
+        for deadline, pending in deadlines.values():
+            if deadline > now:
+                self._sweeps[timeout] = loop.call_at(deadline, self._sweep, timeout)
+                break
+            expired.append(pending)
+        for pending in expired:
+            del deadlines[pending.id]
+            self._expire(pending)
+        if not deadlines:
+            del self._timeouts[timeout]
 
     def _expire(self, pending: rpc.Pending) -> None:
         if self._endpoint.abandon(pending.id) is not None:

@@ -928,3 +928,36 @@ def test_request_handlers_started_from_a_peers_notification_handler_are_not_seri
         await b.close()
 
     run(main)
+
+
+def test_timeouts_of_several_durations_each_expire_on_time() -> None:
+    async def main() -> None:
+        conn, peer = _raw()
+        conn.start()
+        loop = asyncio.get_running_loop()
+        # Answered calls leave nothing behind in the timeout bookkeeping.
+        answered = asyncio.ensure_future(conn.request("quick", timeout=30))
+        request = await peer.recv()
+        peer.send(_result(request["id"], "done"))
+        assert await answered == "done"
+        started = loop.time()
+        long_call = asyncio.ensure_future(conn.request("long", timeout=30))
+        short_calls = [asyncio.ensure_future(conn.request("short", timeout=0.05)) for _ in range(3)]
+        later_short = asyncio.ensure_future(conn.request("short", timeout=0.2))
+        for call in short_calls:
+            with pytest.raises(RequestTimeoutError):
+                await call
+        assert 0.04 <= loop.time() - started < 5
+        assert not later_short.done() and not long_call.done()
+        with pytest.raises(RequestTimeoutError):
+            await later_short
+        assert not long_call.done()
+        ids = [(await peer.recv())["id"] for _ in range(5)]  # long, then the 4 short ones
+        cancels = [(await peer.recv())["params"]["requestId"] for _ in range(4)]
+        assert cancels == ids[1:]  # every short call, in order; not the long one
+        peer.send(_result(ids[0], "long done"))
+        assert await long_call == "long done"
+        assert all(not entries for entries in conn._timeouts.values())
+        await conn.close()
+
+    run(main)
