@@ -291,6 +291,7 @@ class AsyncConnection:
         self._drained: asyncio.Future[None] | None = None
         self._drain_done: asyncio.Future[None] | None = None
         self._close_done: asyncio.Future[None] | None = None
+        self._transport_closing = False
 
     def _make_call(self, call_id: rpc.RequestId, method: str) -> AsyncInboundCall:
         return AsyncInboundCall(self, call_id, method)
@@ -429,15 +430,25 @@ class AsyncConnection:
         the answers they wait for. Either way close waits about ``timeout`` at most, in all.
         """
         if self._close_done is not None:
-            if not self._close_done.done() and self._close_done is not asyncio.current_task():
+            if not self._close_done.done():
                 await asyncio.wait((self._close_done,), timeout=timeout)
             return
         loop = self._loop = self._loop or asyncio.get_running_loop()
-        self._close_done = loop.create_future()
+        done = self._close_done = loop.create_future()
         try:
             await self._close(loop, graceful, timeout)
+        except asyncio.CancelledError:
+            # Cancelled mid-way (e.g. asyncio.run cancelling the task that closes): close
+            # anyway, without waiting (the transport's close goes on in the background).
+            self._shut_down()
+            if not self._transport_closing:
+                self._transport_closing = True
+                loop.create_task(self._close_transport())
+            self._finish_close()
+            raise
         finally:
-            self._close_done.set_result(None)
+            if not done.done():
+                done.set_result(None)
 
     async def _close(self, loop: asyncio.AbstractEventLoop, graceful: bool, timeout: float | None) -> None:
         deadline = None if timeout is None else loop.time() + timeout
@@ -456,15 +467,41 @@ class AsyncConnection:
                 if not done.done():
                     await asyncio.wait((done,), timeout=_remaining(loop, deadline))
             await self._wait_tasks(deadline)
-        self._closed = True
-        inbound, pending = ep.close()
-        for call in inbound:
-            assert isinstance(call, AsyncInboundCall)
-            call._set_cancelled()
-        self._flush()
-        error = ep.closed_error()
-        for record in pending:
-            self._fail(record, error)
+        tasks = self._shut_down()
+        self._transport_closing = True
+        await self._close_transport()
+        if tasks:
+            # A little past the deadline, so tasks that are merely finishing are still awaited.
+            wait = _remaining(loop, deadline)
+            await asyncio.wait(tasks, timeout=None if wait is None else max(wait, 0.1))
+            if any(not t.done() for t in tasks):
+                _log.warning("%s: a handler task is still running after close", self.name)
+        pool = self._own_executor
+        if pool is not None:
+            pool.shutdown(wait=False)
+            # The pool's threads end when their work does; wait for them without blocking the
+            # loop (short polls, only on close of a connection that ran blocking work).
+            while not pool.join(0):
+                if deadline is not None and loop.time() >= deadline:
+                    _log.warning("%s: a blocking handler is still running after close", self.name)
+                    break
+                await asyncio.sleep(0.005)
+        self._finish_close()
+
+    def _shut_down(self) -> list[asyncio.Task[Any]]:
+        """The part of close that does not wait: mark closed, fail pending calls, cancel
+        timers and tasks (all but the current one). Returns the tasks cancelled. Idempotent."""
+        current = asyncio.current_task()
+        if not self._closed:
+            self._closed = True
+            inbound, pending = self._endpoint.close()
+            for call in inbound:
+                assert isinstance(call, AsyncInboundCall)
+                call._set_cancelled()
+            self._flush()
+            error = self._endpoint.closed_error()
+            for record in pending:
+                self._fail(record, error)
         for timer in list(self._timers):
             timer.cancel()
         for sweep in self._sweeps.values():
@@ -478,28 +515,19 @@ class AsyncConnection:
                 tasks.append(task)
         for task in tasks:
             task.cancel()
+        self._queue.clear()
+        return tasks
+
+    async def _close_transport(self) -> None:
         try:
             await self._transport.close()
         except Exception:
             _log.exception("%s: closing the transport failed", self.name)
-        if tasks:
-            # A little past the deadline, so tasks that are merely finishing are still awaited.
-            wait = _remaining(loop, deadline)
-            await asyncio.wait(tasks, timeout=None if wait is None else max(wait, 0.1))
-            if any(not t.done() for t in tasks):
-                _log.warning("%s: a handler task is still running after close", self.name)
-        self._queue.clear()
+
+    def _finish_close(self) -> None:
         self._tasks.clear()
-        pool = self._own_executor
-        if pool is not None:
-            pool.shutdown(wait=False)
-            # The pool's threads end when their work does; wait for them without blocking the
-            # loop (short polls, only on close of a connection that ran blocking work).
-            while not pool.join(0):
-                if deadline is not None and loop.time() >= deadline:
-                    _log.warning("%s: a blocking handler is still running after close", self.name)
-                    break
-                await asyncio.sleep(0.005)
+        if self._own_executor is not None:
+            self._own_executor.shutdown(wait=False)
         for fut in (self._drained, self._drain_done):
             if fut is not None and not fut.done():
                 fut.set_result(None)

@@ -961,3 +961,34 @@ def test_timeouts_of_several_durations_each_expire_on_time() -> None:
         await conn.close()
 
     run(main)
+
+
+def test_close_cancelled_midway_still_closes() -> None:
+    async def main() -> None:
+        conn, peer = _raw()
+        started = asyncio.Event()
+        closed: list[bool] = []
+
+        async def stubborn(params: Any, call: AsyncInboundCall) -> Any:
+            started.set()
+            await asyncio.Event().wait()  # ignores the cancelled flag
+
+        conn.on_request("stubborn", stubborn)
+        conn.on_close(lambda: closed.append(True))
+        conn.start()
+        pending = asyncio.ensure_future(conn.request("never", timeout=None))
+        peer.send(_req(1, "stubborn"))
+        await asyncio.wait_for(started.wait(), WAIT)
+        closing = asyncio.ensure_future(conn.close(graceful=True, timeout=None))  # would wait forever
+        await yield_loop()
+        assert not closing.done()
+        closing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await closing
+        assert conn.is_closed and closed == [True]
+        with pytest.raises(ConnectionClosedError):
+            await pending
+        await conn.close()  # idempotent, returns at once
+        await yield_loop()  # the transport's close finishes in the background
+
+    run(main)
