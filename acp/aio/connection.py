@@ -57,7 +57,6 @@ from ..errors import (
     RequestError,
     RequestTimeoutError,
 )
-from ..executor import HandlerPool
 from .transport.base import AsyncTransport
 
 __all__ = [
@@ -253,7 +252,7 @@ class AsyncConnection:
             self._close_callbacks.append(tap.close)
         self._wire_tap: WireTap | None = wire_tap
         self._executor = executor
-        self._own_executor: HandlerPool | None = None
+        self._own_executor: Any = None  # the HandlerPool created on first use
         self._loop: asyncio.AbstractEventLoop | None = None
 
         # Inbound messages waiting for the dispatcher, in arrival order; the dispatcher removes
@@ -352,13 +351,25 @@ class AsyncConnection:
         if executor is None:
             if self._closed:
                 raise ConnectionClosedError("connection closed")
+            from ..executor import HandlerPool  # imported late: threads only when asked for
+
             executor = self._executor = self._own_executor = HandlerPool(thread_name_prefix=f"{self.name}-handler")
         return executor
 
     async def run_blocking(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run the blocking ``fn(*args)`` on :attr:`executor` and await its result."""
+        """Run the blocking ``fn(*args)`` on :attr:`executor` and await its result.
+
+        Cancelling the awaiting task does not stop ``fn`` (a thread cannot be interrupted):
+        its result is then dropped."""
         loop = self._loop or asyncio.get_running_loop()
-        return await loop.run_in_executor(self.executor, fn, *args)
+        executor = self.executor
+        if executor is self._own_executor:
+            # The SDK's pool runs work without a concurrent Future (run_in_executor would
+            # chain one to the loop's): one loop Future, completed from the pool thread.
+            waiter: asyncio.Future[T] = loop.create_future()
+            executor.execute(_run_and_report, loop, waiter, fn, args)
+            return await waiter
+        return await loop.run_in_executor(executor, fn, *args)
 
     def blocking(self, fn: Callable[P, T]) -> Callable[P, Awaitable[T]]:
         """Wrap a blocking function as an async callable that runs it on :attr:`executor`:
@@ -367,10 +378,9 @@ class AsyncConnection:
 
         @functools.wraps(fn)
         async def run(*args: P.args, **kwargs: P.kwargs) -> T:
-            loop = self._loop or asyncio.get_running_loop()
             if kwargs:
-                return await loop.run_in_executor(self.executor, functools.partial(fn, *args, **kwargs))
-            return await loop.run_in_executor(self.executor, fn, *args)
+                return await self.run_blocking(functools.partial(fn, *args, **kwargs))
+            return await self.run_blocking(fn, *args)
 
         return run
 
@@ -1115,6 +1125,31 @@ class AsyncConnection:
             queue.popleft()
             if self._reader_held and len(queue) < self._max_queued // 2:
                 self._release_reader()
+
+
+def _run_and_report(loop: asyncio.AbstractEventLoop, waiter: asyncio.Future[Any], fn: Callable[..., Any],
+                    args: tuple[Any, ...]) -> None:
+    """On a pool thread: run ``fn(*args)`` and hand its outcome to ``waiter`` on the loop."""
+    outcome: Callable[[asyncio.Future[Any], Any], None]
+    try:
+        value = fn(*args)
+        outcome = _set_result
+    except BaseException as exc:  # handed over whole, as run_in_executor would
+        value, outcome = exc, _set_exception
+    try:
+        loop.call_soon_threadsafe(outcome, waiter, value)
+    except RuntimeError:  # the loop is closed: nobody waits any more
+        pass
+
+
+def _set_result(waiter: asyncio.Future[Any], value: Any) -> None:
+    if not waiter.done():  # cancelled meanwhile
+        waiter.set_result(value)
+
+
+def _set_exception(waiter: asyncio.Future[Any], exc: BaseException) -> None:
+    if not waiter.done():
+        waiter.set_exception(exc)
 
 
 def _remaining(loop: asyncio.AbstractEventLoop, deadline: float | None) -> float | None:

@@ -992,3 +992,39 @@ def test_close_cancelled_midway_still_closes() -> None:
         await yield_loop()  # the transport's close finishes in the background
 
     run(main)
+
+
+def test_run_blocking_hands_back_results_and_exceptions() -> None:
+    async def main() -> None:
+        conn, _ = _raw()
+        conn.start()
+        loop_thread = threading.get_ident()
+        assert await conn.run_blocking(lambda a, b: (a + b, threading.get_ident() != loop_thread), 2, 3) == (5, True)
+        with pytest.raises(ZeroDivisionError):
+            await conn.run_blocking(lambda: 1 / 0)
+        # Cancelling the waiting task drops the late result; the pool keeps working.
+        gate = threading.Event()
+        waiting = asyncio.ensure_future(conn.run_blocking(gate.wait, WAIT))
+        await yield_loop()
+        waiting.cancel()
+        gate.set()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        assert await conn.blocking(lambda x, *, y: x * y)(3, y=4) == 12
+        await conn.close()
+
+    before = set(threading.enumerate())
+    run(main)
+    assert set(threading.enumerate()) <= before
+
+
+def test_acp_aio_imports_no_threading() -> None:
+    import pathlib
+    import re
+
+    import acp.aio
+
+    root = pathlib.Path(acp.aio.__file__).parent
+    for path in root.rglob("*.py"):
+        source = path.read_text(encoding="utf-8")
+        assert not re.search(r"^\s*(import threading|from threading import)", source, re.M), path
