@@ -1,5 +1,5 @@
-"""The client side of ACP: :class:`SyncClient`, its builder, what handlers receive, and
-ready-made handlers (:class:`LocalFiles`, :class:`LocalTerminals`, :class:`PermissionPolicy`).
+"""The client side of ACP: :class:`SyncClient` (and :class:`AsyncClient`, on asyncio), their
+builders, what handlers receive, and ready-made handlers (:class:`LocalFiles`, :class:`LocalTerminals`, :class:`PermissionPolicy`).
 
 ::
 
@@ -16,7 +16,7 @@ ready-made handlers (:class:`LocalFiles`, :class:`LocalTerminals`, :class:`Permi
 from typing import TYPE_CHECKING, Any
 
 from ..wiretap import JsonlWireTap
-from .builder import SyncClientBuilder, TerminalHandlers
+from .builder import SyncClientBuilder
 from .client import (
     SUPPORTED_PROTOCOL_VERSIONS,
     AgentProcess,
@@ -25,15 +25,24 @@ from .client import (
     UnsupportedProtocolVersionError,
 )
 from .context import AgentProxy, ClientRequestContext
+from .registration import TerminalHandlers
 from .settings import AgentSettings, AgentSettingsError
 
 if TYPE_CHECKING:
+    from .aio import AsyncAgentProcess, AsyncClient, AsyncClientBuilder
     from .files import LocalFiles
     from .permissions import PermissionPolicy
     from .terminals import LocalTerminals
 
-# The ready-made handlers pull in subprocess & co: imported on first use.
-_LAZY = {"LocalFiles": ".files", "LocalTerminals": ".terminals", "PermissionPolicy": ".permissions"}
+# The ready-made handlers pull in subprocess & co, the asyncio client asyncio: imported on first use.
+_LAZY = {
+    "LocalFiles": ".files",
+    "LocalTerminals": ".terminals",
+    "PermissionPolicy": ".permissions",
+    "AsyncAgentProcess": ".aio",
+    "AsyncClient": ".aio",
+    "AsyncClientBuilder": ".aio",
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -48,6 +57,9 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "SUPPORTED_PROTOCOL_VERSIONS",
     "AgentProcess",
+    "AsyncAgentProcess",
+    "AsyncClient",
+    "AsyncClientBuilder",
     "AgentProxy",
     "AgentSettings",
     "AgentSettingsError",

@@ -1,28 +1,30 @@
-"""Adapters between the user's client handlers and the connection engine.
+"""Adapters between the user's client handlers and a connection engine, for both runtimes.
 
 Calling convention (uniform across the SDK): a request handler is ``handler(request, ctx)``
 with the typed params Struct and a :class:`ClientRequestContext`, and returns the typed
 response Struct; a notification handler is ``handler(notification)``.
+
+Each adapter is a plan (:mod:`acp.client._plans`) that yields ``Invoke(handler, args)``: the
+threaded runtime calls the handler there and then; the asyncio runtime awaits an ``async def``
+handler on the loop and runs a plain one on its executor. The context, the answer's coercion,
+the spec's error codes and the permission bookkeeping are written here once.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .. import schema
 from ..capabilities import UPDATE_CAPABILITY, gated_update_tag
-from ..connection import Connection, InboundCall
 from ..errors import RequestError
+from ._plans import Invoke, Plan
 from ._turns import CANCELLED_PERMISSION, TurnTracker
-from .context import ClientRequestContext
+from .config import HandlerSet
+from .context import CallView, ClientRequestContext
 
-if TYPE_CHECKING:
-    from .client import SyncClient
-
-__all__ = ["HandlerSet", "install_handlers"]
+__all__ = ["HandlerRuntime", "Registrar", "install_handlers"]
 
 _log = logging.getLogger("acp.client")
 
@@ -30,28 +32,6 @@ RequestFn = Callable[[Any, ClientRequestContext], Any]
 NotificationFn = Callable[[Any], None]
 
 PERMISSION = "session/request_permission"
-
-
-@dataclass
-class HandlerSet:
-    """Everything a builder registered, keyed by wire method name."""
-
-    session_update: list[Callable[[schema.SessionNotification], None]] = field(default_factory=list)
-    # Per-kind session update consumers, in registration order: (capability, fn); capability is
-    # "notices", "compaction" or "subagents" (see UPDATE_CAPABILITY for the tags each gets).
-    update_kinds: list[tuple[str, Callable[[schema.SessionNotification], None]]] = field(default_factory=list)
-    requests: dict[str, RequestFn] = field(default_factory=dict)
-    notifications: dict[str, NotificationFn] = field(default_factory=dict)
-    ext_requests: dict[str, RequestFn] = field(default_factory=dict)
-    ext_notifications: dict[str, NotificationFn] = field(default_factory=dict)
-
-    def methods(self) -> set[str]:
-        """The standard client methods that have a handler (what capabilities derive from)."""
-        return {*self.requests, *self.notifications}
-
-    def shown_kinds(self) -> set[str]:
-        """The update capabilities (``notices``...) a per-kind handler was registered for."""
-        return {kind for kind, _ in self.update_kinds}
 
 
 def _coerce(method: str, result: Any, result_type: Any) -> Any:
@@ -79,29 +59,57 @@ def _session_of(params: Any) -> str | None:
     return session_id if isinstance(session_id, str) else None
 
 
+class HandlerRuntime(Protocol):
+    """What the adapters need of a client runtime (``SyncClient`` or ``AsyncClient``)."""
+
+    def _run(self, plan: Plan[Any]) -> Any:
+        """Drive ``plan``: its result (blocking) or an awaitable of it."""
+        ...
+
+    def _call_view(self, call: Any) -> CallView:
+        """What a handler's context reads of the connection's inbound call."""
+        ...
+
+    def _direct(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` as a notification handler the connection may call itself."""
+        ...
+
+
+class Registrar(Protocol):
+    """The registration methods ``Connection`` and ``AsyncConnection`` share."""
+
+    def on_request(self, method: str, handler: Callable[[Any, Any], Any], params_type: Any = None) -> None: ...
+
+    def on_notification(self, method: str, handler: Callable[[Any], Any], params_type: Any = None) -> None: ...
+
+
+def _request_plan(
+    client: HandlerRuntime, method: str, fn: RequestFn, result_type: Any, params: Any, call: Any
+) -> Plan[Any]:
+    ctx = ClientRequestContext(client._call_view(call), client, _session_of(params))
+    try:
+        result = yield Invoke(fn, (params, ctx))
+    except FileNotFoundError as exc:
+        if not method.startswith("fs/"):
+            raise
+        # The spec's code for a missing file, so agents can tell it from a failure.
+        raise RequestError.resource_not_found(getattr(params, "path", None) or exc.filename) from None
+    return _coerce(method, result, result_type)
+
+
 def _request_adapter(
-    client: SyncClient, method: str, fn: RequestFn, result_type: Any
-) -> Callable[[Any, InboundCall], Any]:
-    def handle(params: Any, call: InboundCall) -> Any:
-        ctx = ClientRequestContext(call, client, _session_of(params))
-        try:
-            result = fn(params, ctx)
-        except FileNotFoundError as exc:
-            if not method.startswith("fs/"):
-                raise
-            # The spec's code for a missing file, so agents can tell it from a failure.
-            raise RequestError.resource_not_found(getattr(params, "path", None) or exc.filename) from None
-        return _coerce(method, result, result_type)
+    client: HandlerRuntime, method: str, fn: RequestFn, result_type: Any
+) -> Callable[[Any, Any], Any]:
+    def handle(params: Any, call: Any) -> Any:
+        return client._run(_request_plan(client, method, fn, result_type, params, call))
 
     return handle
 
 
-def _permission_adapter(
-    client: SyncClient, fn: RequestFn | None, turns: TurnTracker
-) -> Callable[[Any, InboundCall], Any]:
+def _permission_adapter(client: HandlerRuntime, fn: RequestFn | None, turns: TurnTracker) -> Callable[[Any, Any], Any]:
     warned = False
 
-    def handle(params: schema.RequestPermissionRequest, call: InboundCall) -> Any:
+    def plan(params: schema.RequestPermissionRequest, call: Any) -> Plan[Any]:
         nonlocal warned
         session_id = params.session_id
         if fn is None:
@@ -113,56 +121,65 @@ def _permission_adapter(
             _log.debug("permission request %r for cancelled session %s: answered 'cancelled'", call.id, session_id)
             return CANCELLED_PERMISSION
         try:
-            result = fn(params, ClientRequestContext(call, client, session_id))
+            result = yield Invoke(fn, (params, ClientRequestContext(client._call_view(call), client, session_id)))
         finally:
             turns.permission_finished(session_id, call)
         return _coerce(PERMISSION, result, schema.RequestPermissionResponse)
 
+    def handle(params: schema.RequestPermissionRequest, call: Any) -> Any:
+        return client._run(plan(params, call))
+
     return handle
 
 
-def _ext_request_adapter(client: SyncClient, fn: RequestFn) -> Callable[[Any, InboundCall], Any]:
-    def handle(params: Any, call: InboundCall) -> Any:
+def _ext_request_adapter(client: HandlerRuntime, fn: RequestFn) -> Callable[[Any, Any], Any]:
+    def handle(params: Any, call: Any) -> Any:
         session_id = params.get("sessionId") if isinstance(params, dict) else None
-        ctx = ClientRequestContext(call, client, session_id if isinstance(session_id, str) else None)
-        return fn(params, ctx)
+        ctx = ClientRequestContext(client._call_view(call), client, session_id if isinstance(session_id, str) else None)
+        return client._run(_invoke(fn, params, ctx))
 
     return handle
+
+
+def _invoke(fn: Callable[..., Any], *args: Any) -> Plan[Any]:
+    return (yield Invoke(fn, args))
 
 
 def _fan_out(
-    fns: list[Callable[[schema.SessionNotification], None]],
-    kinds: Sequence[tuple[str, Callable[[schema.SessionNotification], None]]] = (),
-) -> Callable[[Any], None]:
+    client: HandlerRuntime,
+    fns: list[Callable[[schema.SessionNotification], Any]],
+    kinds: Sequence[tuple[str, Callable[[schema.SessionNotification], Any]]] = (),
+) -> Callable[[Any], Any]:
     """One ``session/update`` handler: every generic consumer gets every update, then the
     per-kind consumers of its kind (each in registration order)."""
     consumers = tuple(fns)
     if len(consumers) == 1 and not kinds:
-        return consumers[0]  # the engine already logs a failing handler and goes on
-    by_tag: dict[str, tuple[Callable[[schema.SessionNotification], None], ...]] = {}
+        return client._direct(consumers[0])  # the engine already logs a failing handler and goes on
+    by_tag: dict[str, tuple[Callable[[schema.SessionNotification], Any], ...]] = {}
     for tag, capability in UPDATE_CAPABILITY.items():
         by_tag[tag] = tuple(fn for kind, fn in kinds if kind == capability)
 
-    def handle(notification: schema.SessionNotification) -> None:
+    def plan(notification: schema.SessionNotification) -> Plan[None]:
         specific = by_tag.get(gated_update_tag(notification.update) or "", ())
         for consumer in consumers + specific if specific else consumers:
             try:
-                consumer(notification)
+                yield Invoke(consumer, (notification,))
             except Exception:
                 # One failing consumer must not starve the ones registered after it.
                 _log.exception("session_update handler %r failed", consumer)
 
+    def handle(notification: schema.SessionNotification) -> Any:
+        return client._run(plan(notification))
+
     return handle
 
 
-def install_handlers(
-    conn: Connection, client: SyncClient, handlers: HandlerSet, turns: TurnTracker
-) -> None:
+def install_handlers(conn: Registrar, client: HandlerRuntime, handlers: HandlerSet, turns: TurnTracker) -> None:
     """Register every handler of ``handlers`` on ``conn`` (before it starts)."""
     table = schema.STABLE_CLIENT_METHODS
     if handlers.session_update or handlers.update_kinds:
         conn.on_notification(
-            "session/update", _fan_out(handlers.session_update, handlers.update_kinds), schema.SessionNotification
+            "session/update", _fan_out(client, handlers.session_update, handlers.update_kinds), schema.SessionNotification
         )
     # Permission is baseline ACP (no capability): without a handler the SDK still answers,
     # and it answers "cancelled", which never grants anything.
@@ -174,8 +191,8 @@ def install_handlers(
         conn.on_request(method, _request_adapter(client, method, fn, spec.result_type), spec.params_type)
     for method, note in handlers.notifications.items():
         spec = table[method] if method in table else schema.CLIENT_METHODS[method]  # unstable ones
-        conn.on_notification(method, note, spec.params_type)
+        conn.on_notification(method, client._direct(note), spec.params_type)
     for method, fn in handlers.ext_requests.items():
         conn.on_request(method, _ext_request_adapter(client, fn))
     for method, note in handlers.ext_notifications.items():
-        conn.on_notification(method, note)
+        conn.on_notification(method, client._direct(note))

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
+from typing import Any
 
 from .. import schema
-from ..connection import InboundCall
 
 __all__ = ["TurnTracker", "CANCELLED_PERMISSION"]
 
@@ -26,7 +27,7 @@ _log = logging.getLogger("acp.client")
 CANCELLED_PERMISSION = schema.RequestPermissionResponse(outcome=schema.CancelledPermissionOutcome())
 
 
-def answer_early(call: InboundCall, result: object) -> None:
+def answer_early(call: Any, result: object) -> None:
     """Answer ``call`` now, on behalf of its still-running handler, then cancel it.
 
     Answer first, cancel second: once the call is marked cancelled the handler may return at
@@ -40,13 +41,19 @@ def answer_early(call: InboundCall, result: object) -> None:
 
 
 class TurnTracker:
-    """Prompts in flight, sessions whose turn was cancelled, and pending permission calls."""
+    """Prompts in flight, sessions whose turn was cancelled, and pending permission calls.
 
-    def __init__(self) -> None:
+    Runtime-neutral: ``answer`` answers a call on behalf of its handler and cancels it (the
+    threaded engine's way by default; the asyncio client passes its own). The lock is only
+    ever held for a few dict operations, never across a call.
+    """
+
+    def __init__(self, answer: Callable[[Any, object], None] = answer_early) -> None:
+        self._answer = answer
         self._lock = threading.Lock()
         self._prompts: dict[str, int] = {}
         self._cancelled: set[str] = set()
-        self._permissions: dict[str, set[InboundCall]] = {}
+        self._permissions: dict[str, set[Any]] = {}
 
     # -- prompts ---------------------------------------------------------------------------
 
@@ -66,7 +73,7 @@ class TurnTracker:
                 if self._cancelled:
                     self._cancelled.discard(session_id)
 
-    def cancel(self, session_id: str) -> list[InboundCall]:
+    def cancel(self, session_id: str) -> list[Any]:
         """Mark the session's turn cancelled; return its pending permission calls to answer."""
         with self._lock:
             if session_id in self._prompts:
@@ -75,7 +82,7 @@ class TurnTracker:
 
     # -- permission requests ---------------------------------------------------------------
 
-    def permission_started(self, session_id: str, call: InboundCall) -> bool:
+    def permission_started(self, session_id: str, call: Any) -> bool:
         """Register a permission call; False when its turn is already cancelled."""
         with self._lock:
             if session_id in self._cancelled:
@@ -83,7 +90,7 @@ class TurnTracker:
             self._permissions.setdefault(session_id, set()).add(call)
             return True
 
-    def permission_finished(self, session_id: str, call: InboundCall) -> None:
+    def permission_finished(self, session_id: str, call: Any) -> None:
         """The permission handler returned (or the call was cancelled)."""
         with self._lock:
             calls = self._permissions.get(session_id)
@@ -97,5 +104,5 @@ class TurnTracker:
         calls = self.cancel(session_id)
         for call in calls:
             _log.debug("session %s cancelled: answering permission request %r as cancelled", session_id, call.id)
-            answer_early(call, CANCELLED_PERMISSION)
+            self._answer(call, CANCELLED_PERMISSION)
         return len(calls)

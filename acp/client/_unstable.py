@@ -1,4 +1,4 @@
-"""The unstable client -> agent methods (``session/fork``, ``providers/*``, ...): they always exist on :class:`~acp.client.SyncClient`, and raise
+"""The unstable client -> agent methods (``session/fork``, ``providers/*``, ...): they always exist on :class:`~acp.client.SyncClient` and ``AsyncClient``, and raise
 :class:`~acp.errors.CapabilityError` (nothing sent) unless the builder opted in with
 ``unstable(True)``. Their types live in :mod:`acp.schema.unstable`.
 """
@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
+
+from ._plans import Plan, operation
 
 if TYPE_CHECKING:
     from ..schema import McpServer
@@ -30,16 +32,14 @@ def system_prompt_value(system_prompt: Any) -> Any:
 
 
 class UnstableMethods:
-    """Mixin: typed wrappers over ``SyncClient._send`` / ``_notify`` for unstable methods."""
+    """Mixin: the unstable methods as plans over ``ClientCalls._send`` (both runtimes)."""
 
-    def _send(self, method: str, params: Any, *, timeout: Any = ...) -> Any:  # pragma: no cover
-        raise NotImplementedError
-
-    def _notify(self, method: str, params: Any) -> None:  # pragma: no cover
+    def _send(self, method: str, params: Any, *, timeout: Any = ...) -> Plan[Any]:  # pragma: no cover
         raise NotImplementedError
 
     # -- sessions --------------------------------------------------------------------------
 
+    @operation
     def fork_session(
         self,
         session_id: str,
@@ -49,7 +49,7 @@ class UnstableMethods:
         *,
         system_prompt: u.SystemPrompt | str | None = None,
         meta: dict[str, Any] | None = None,
-    ) -> u.ForkSessionResponse:
+    ) -> Plan[u.ForkSessionResponse]:
         """``session/fork`` (unstable): a new session starting from ``session_id``'s history.
         ``system_prompt``: as for :meth:`~acp.client.SyncClient.new_session`."""
         request = _u().ForkSessionRequest(
@@ -60,60 +60,67 @@ class UnstableMethods:
             system_prompt=system_prompt_value(system_prompt),
             field_meta=meta,
         )
-        result: u.ForkSessionResponse = self._send("session/fork", request)
+        result: u.ForkSessionResponse = yield from self._send("session/fork", request)
         return result
 
-    def session_status(self, session_id: str, *, meta: dict[str, Any] | None = None) -> u.SessionStatusResponse:
+    @operation
+    def session_status(self, session_id: str, *, meta: dict[str, Any] | None = None) -> Plan[u.SessionStatusResponse]:
         """``session/status`` (unstable; needs ``sessionCapabilities.status``): whether the agent
         has the session in memory (``"open"``) or can resume it (``"saved"``; treat any other
         value as saved). No side effects: it does not attach this connection to the session.
         An unknown session raises ``RequestError`` -32002."""
         request = _u().SessionStatusRequest(session_id=session_id, field_meta=meta)
-        result: u.SessionStatusResponse = self._send("session/status", request)
+        result: u.SessionStatusResponse = yield from self._send("session/status", request)
         return result
 
-    def archive_session(self, session_id: str, *, meta: dict[str, Any] | None = None) -> u.ArchiveSessionResponse:
+    @operation
+    def archive_session(self, session_id: str, *, meta: dict[str, Any] | None = None) -> Plan[u.ArchiveSessionResponse]:
         """``session/archive`` (unstable; needs ``sessionCapabilities.archive``): hide the session
         from default ``session/list`` results (``list_sessions(archived="include")`` shows it).
         An active session is closed first (its running turn is cancelled)."""
         request = _u().ArchiveSessionRequest(session_id=session_id, field_meta=meta)
-        result: u.ArchiveSessionResponse = self._send("session/archive", request)
+        result: u.ArchiveSessionResponse = yield from self._send("session/archive", request)
         return result
 
-    def unarchive_session(self, session_id: str, *, meta: dict[str, Any] | None = None) -> u.UnarchiveSessionResponse:
+    @operation
+    def unarchive_session(self, session_id: str, *, meta: dict[str, Any] | None = None) -> Plan[u.UnarchiveSessionResponse]:
         """``session/unarchive`` (unstable; needs ``sessionCapabilities.archive``): list the
         session again. It does not load or resume it."""
         request = _u().UnarchiveSessionRequest(session_id=session_id, field_meta=meta)
-        result: u.UnarchiveSessionResponse = self._send("session/unarchive", request)
+        result: u.UnarchiveSessionResponse = yield from self._send("session/unarchive", request)
         return result
 
+    @operation
     def set_session_title(
         self, session_id: str, title: str, *, meta: dict[str, Any] | None = None
-    ) -> u.SetSessionTitleResponse:
+    ) -> Plan[u.SetSessionTitleResponse]:
         """``session/set_title`` (unstable; needs ``sessionCapabilities.title``): rename a
         session (it need not be active here); answers the title as the agent stored it."""
         if not isinstance(title, str):
             raise TypeError(f"set_session_title: title must be a str, not {type(title).__name__}")
         request = _u().SetSessionTitleRequest(session_id=session_id, title=title, field_meta=meta)
-        result: u.SetSessionTitleResponse = self._send("session/set_title", request)
+        result: u.SetSessionTitleResponse = yield from self._send("session/set_title", request)
         return result
 
     # -- auth ------------------------------------------------------------------------------
 
-    def auth_status(self, *, meta: dict[str, Any] | None = None) -> u.AuthStatusResponse:
+    @operation
+    def auth_status(self, *, meta: dict[str, Any] | None = None) -> Plan[u.AuthStatusResponse]:
         """``auth/status`` (unstable; needs ``auth.status``): the agent's authentication
         ``state`` (treat an unknown value as ``"unknown"``) and its ``accounts``, for display.
         Changes arrive as ``auth/status_update`` (``auth_status_update_handler``)."""
-        result: u.AuthStatusResponse = self._send("auth/status", _u().AuthStatusRequest(field_meta=meta))
+        result: u.AuthStatusResponse = yield from self._send("auth/status", _u().AuthStatusRequest(field_meta=meta))
         return result
 
     # -- providers -------------------------------------------------------------------------
 
-    def list_providers(self, *, meta: dict[str, Any] | None = None) -> u.ListProvidersResponse:
+    @operation
+    def list_providers(self, *, meta: dict[str, Any] | None = None) -> Plan[u.ListProvidersResponse]:
         """``providers/list`` (unstable): the model providers the agent can use."""
-        result: u.ListProvidersResponse = self._send("providers/list", _u().ListProvidersRequest(field_meta=meta))
+        result: u.ListProvidersResponse = yield from self._send("providers/list", _u().ListProvidersRequest(field_meta=meta))
         return result
 
+    @operation
     def set_provider(
         self,
         provider_id: str,
@@ -122,16 +129,17 @@ class UnstableMethods:
         headers: dict[str, str] | None = None,
         *,
         meta: dict[str, Any] | None = None,
-    ) -> u.SetProviderResponse:
+    ) -> Plan[u.SetProviderResponse]:
         """``providers/set`` (unstable): configure a model provider."""
         request = _u().SetProviderRequest(
             provider_id=provider_id, api_type=api_type, base_url=base_url, headers=headers, field_meta=meta
         )
-        result: u.SetProviderResponse = self._send("providers/set", request)
+        result: u.SetProviderResponse = yield from self._send("providers/set", request)
         return result
 
-    def disable_provider(self, provider_id: str, *, meta: dict[str, Any] | None = None) -> u.DisableProviderResponse:
+    @operation
+    def disable_provider(self, provider_id: str, *, meta: dict[str, Any] | None = None) -> Plan[u.DisableProviderResponse]:
         """``providers/disable`` (unstable)."""
         request = _u().DisableProviderRequest(provider_id=provider_id, field_meta=meta)
-        result: u.DisableProviderResponse = self._send("providers/disable", request)
+        result: u.DisableProviderResponse = yield from self._send("providers/disable", request)
         return result

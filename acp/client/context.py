@@ -4,28 +4,54 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, Protocol
 
-from ..connection import Connection, InboundCall
+from typing_extensions import TypeVar
 
 if TYPE_CHECKING:
     from .client import SyncClient
 
-__all__ = ["AgentProxy", "ClientRequestContext"]
+__all__ = ["AgentProxy", "CallView", "ClientRequestContext"]
 
 _USE_DEFAULT: Any = object()
+
+#: The client type a handler's context refers to (``SyncClient`` unless said otherwise).
+ClientT = TypeVar("ClientT", default="SyncClient")
+
+
+class CallView(Protocol):
+    """What a context reads of the engine's inbound call (``acp.InboundCall``, or the asyncio
+    runtime's thread-safe view of its call)."""
+
+    @property
+    def method(self) -> str: ...
+    @property
+    def id(self) -> Any: ...
+    @property
+    def cancelled(self) -> threading.Event: ...
+    @property
+    def is_cancelled(self) -> bool: ...
+    def on_cancel(self, callback: Callable[[], None]) -> None: ...
+
+
+class _Requester(Protocol):
+    request_timeout: float | None
+
+    def request(self, method: str, params: Any = None, result_type: Any = None, *, timeout: Any = ...) -> Any: ...
+    def notify(self, method: str, params: Any = None) -> None: ...
 
 
 class AgentProxy:
     """Raw calls to the agent over the client's connection, for what the typed API lacks.
 
     Nothing here checks capabilities or the initialize state: it is the escape hatch. Prefer
-    the typed methods of :class:`~acp.client.SyncClient`.
+    the typed methods of :class:`~acp.client.SyncClient`. On an ``AsyncClient``,
+    :meth:`request` returns an awaitable.
     """
 
     __slots__ = ("_conn",)
 
-    def __init__(self, connection: Connection) -> None:
+    def __init__(self, connection: _Requester) -> None:
         self._conn = connection
 
     def request(
@@ -36,7 +62,8 @@ class AgentProxy:
         *,
         timeout: float | None = _USE_DEFAULT,
     ) -> Any:
-        """Send ``method`` and block for its result, decoded as ``result_type`` (None: plain JSON).
+        """Send ``method`` and block for its result (on an ``AsyncClient``: an awaitable of it),
+        decoded as ``result_type`` (None: plain JSON).
 
         ``timeout`` defaults to the client's request timeout; None waits forever.
         """
@@ -49,7 +76,7 @@ class AgentProxy:
         self._conn.notify(method, params)
 
 
-class ClientRequestContext:
+class ClientRequestContext(Generic[ClientT]):
     """The second argument of every client request handler: ``handler(request, ctx)``.
 
     ``session_id`` is the request's session (None when the request has none, e.g. an
@@ -59,16 +86,19 @@ class ClientRequestContext:
     answer returned after that is dropped; also the moment :meth:`SyncClient.close
     <acp.client.SyncClient.close>` begins, and when the agent goes away (its process dies, the
     connection ends). A handler blocked on a UI should watch the event (or register
-    :meth:`on_cancel`) and give up.
+    :meth:`on_cancel`) and give up. On an ``AsyncClient`` the event is the same
+    :class:`threading.Event` (a blocking handler may wait on it); an ``async def`` handler is
+    also cancelled as a task.
     """
 
     __slots__ = ("_call", "session_id", "client")
 
-    def __init__(self, call: InboundCall, client: SyncClient, session_id: str | None) -> None:
+    def __init__(self, call: CallView, client: ClientT, session_id: str | None) -> None:
         self._call = call
         self.session_id = session_id
         self.client = client
-        """The :class:`~acp.client.SyncClient` this request came in on (for typed calls)."""
+        """The client this request came in on (:class:`~acp.client.SyncClient` or
+        ``AsyncClient``), for typed calls."""
 
     @property
     def method(self) -> str:
@@ -97,7 +127,8 @@ class ClientRequestContext:
     @property
     def agent(self) -> AgentProxy:
         """Raw requests and notifications to the agent (no capability checks)."""
-        return self.client.agent
+        proxy: AgentProxy = self.client.agent  # type: ignore[attr-defined]  # both clients have it
+        return proxy
 
     def __repr__(self) -> str:
         return (

@@ -44,7 +44,7 @@ from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
     from ..transport.base import Transport
-    from .builder import SyncClientBuilder
+    from .registration import ClientBuilderBase
 
 __all__ = [
     "ACP_AGENT_COMMAND",
@@ -78,7 +78,7 @@ _URL_ONLY = (ACP_AGENT_HEADERS, ACP_AGENT_TOKEN)
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP token (RFC 9110)
 _BAD_VALUE_CHAR = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # controls except horizontal tab
 
-B = TypeVar("B", bound="SyncClientBuilder")
+B = TypeVar("B", bound="ClientBuilderBase")
 
 
 class AgentSettingsError(ValueError):
