@@ -10,16 +10,18 @@
     agent.serve_stdio()
 """
 
-from .agent import AgentConnection, SyncAgent
-from .builder import DEFAULT_CANCEL_GRACE_PERIOD, AgentSpec, SyncAgentBuilder
+from .agent import AgentConnection, SyncAgent, SyncAgentBuilder
+from .builder import AgentBuilder
 from .client_proxy import ClientProxy
 from .commands import CommandResult
 from .context import AgentRequestContext, PlanEntryLike, PromptContext, SessionUpdater
 from .initialize import SUPPORTED_PROTOCOL_VERSIONS, negotiate_version
+from .spec import DEFAULT_CANCEL_GRACE_PERIOD, AgentSpec
 
 __all__ = [
     "DEFAULT_CANCEL_GRACE_PERIOD",
     "SUPPORTED_PROTOCOL_VERSIONS",
+    "AgentBuilder",
     "AgentConnection",
     "AgentRequestContext",
     "AgentSpec",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -19,10 +19,11 @@ from ..capabilities import NegotiatedCapabilities
 from ..connection import Connection
 from ..transport import StdioTransport, memory_pair
 from ..transport.base import Transport
-from .builder import AgentSpec, SyncAgentBuilder
+from .builder import AgentBuilder, is_async_callable
 from .client_proxy import ClientProxy
-from .context import SessionUpdater
+from .context import AgentRequestContext, PromptContext, SessionUpdater
 from .dispatch import install
+from .spec import AgentSpec
 from .state import ConnectionState
 from .turns import TurnRegistry
 
@@ -31,9 +32,22 @@ if TYPE_CHECKING:  # websockets is an optional extra: imported only by serve_web
     from ..transport.http_server import AcpAsgiApp, HttpServer
     from ..transport.websocket import WebSocketServer
 
-__all__ = ["SyncAgent", "AgentConnection"]
+__all__ = ["SyncAgent", "SyncAgentBuilder", "AgentConnection"]
 
 _log = logging.getLogger("acp.agent")
+
+
+class SyncAgentBuilder(AgentBuilder[AgentRequestContext, PromptContext]):
+    """Collects handlers and options; :meth:`build` makes a :class:`~acp.agent.SyncAgent`.
+    Handlers are plain functions, run on the handler executor."""
+
+    def _check_handler(self, what: str, fn: Callable[..., Any]) -> None:
+        if is_async_callable(fn):
+            raise ValueError(f"{what}: {fn!r} is an async function; serve it with acp.AsyncAgent.builder()")
+
+    def build(self) -> SyncAgent:
+        """Check the configuration and make the agent."""
+        return SyncAgent(self._spec())
 
 
 class AgentConnection:

@@ -18,9 +18,9 @@ from .. import schema
 from ..connection import InboundCall
 from ..errors import INTERNAL_ERROR, INVALID_PARAMS, RequestError
 from . import initialize as init
-from .builder import AgentSpec
 from .context import AgentRequestContext, PromptContext
 from .methods import BY_WIRE, params_type, result_type
+from .spec import AgentSpec
 from .state import ConnectionState
 from .turns import Turn
 
@@ -178,7 +178,7 @@ def _close_session(
     # or archive it (session/archive, unstable). The SDK does the first half, as for
     # session/cancel: the turn is cancelled and answered "cancelled" (by its handler, or by the
     # SDK after a bounded wait) before the handler runs.
-    wait = spec.close_timeout if spec.cancel_grace_period is None else min(spec.cancel_grace_period, spec.close_timeout)
+    wait = spec.close_session_wait
 
     def run(request: Any, call: InboundCall) -> Any:
         _log_in(method, request)
