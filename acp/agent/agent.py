@@ -74,7 +74,7 @@ class AgentConnection:
         self._closing = False
         self._closer: threading.Thread | None = None
         self._closed = threading.Event()
-        install(spec, self._state)
+        install(spec, self._state, self.connection)
         self.connection.on_close(self._on_input_end)
 
     def _start(self) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 
 from .. import schema
-from ..connection import InboundCall
+from ..connection import Connection, InboundCall
 from ..errors import INTERNAL_ERROR, INVALID_PARAMS, RequestError
 from . import initialize as init
 from .context import AgentRequestContext, PromptContext
@@ -29,9 +29,8 @@ __all__ = ["install"]
 _log = logging.getLogger("acp.agent")
 
 
-def install(spec: AgentSpec, state: ConnectionState) -> None:
-    """Register every handler of ``spec`` on ``state.connection``."""
-    conn = state.connection
+def install(spec: AgentSpec, state: ConnectionState, conn: Connection) -> None:
+    """Register every handler of ``spec`` on ``conn`` (the engine of ``state``)."""
     conn.on_request("initialize", _initialize(spec, state), schema.InitializeRequest)
     conn.on_notification("session/cancel", _cancel(spec, state), schema.CancelNotification, immediate=True)
     for wire, fn in spec.handlers.items():
