@@ -1,0 +1,966 @@
+"""The asyncio JSON-RPC engine over one :class:`~acp.aio.transport.AsyncTransport`.
+
+The twin of :mod:`acp.connection` on the same sans-I/O core (:class:`acp.rpc.Endpoint`), with
+tasks instead of threads. Everything runs on one event loop; nothing here starts a thread
+(blocking work goes to :attr:`AsyncConnection.executor` through ``loop.run_in_executor``).
+
+Tasks and who does what::
+
+    reader      transport.read -> LineFramer -> decode_line -> route:
+                  response        complete the caller now if nothing is queued ahead, else queue
+                  request         start its handler now if nothing is queued ahead, else queue
+                  notification    run a plain handler now if nothing is queued ahead, else queue
+                                  (``immediate`` handlers always run now)
+                  $/cancel_request  acted on here, never stuck behind a busy handler
+    dispatcher  one task: drains the queue in arrival order, awaiting notification handlers one
+                at a time, completing responses and starting request handlers
+    handlers    an async request handler runs as its own task; a plain function is called on
+                the loop (it must not block: wrap blocking code with :meth:`AsyncConnection.blocking`)
+
+Ordering guarantee: a response completes its caller only after every notification that arrived
+before it was handled, and a request's handler starts only after them. "Nothing queued ahead"
+is an empty queue: the dispatcher removes an item only once it is done with it, so a
+notification handler being awaited keeps the queue non-empty.
+
+Deadlock rule: a request made while a notification handler is awaited (a contextvar marks it)
+is completed as soon as its answer is read, not queued behind that handler.
+
+Backpressure: while the dispatcher is ``MAX_QUEUED_MESSAGES`` behind, the reader stops reading
+until it is halfway caught up, except while a notification handler awaits an answer.
+
+Writing: notifications are collected and written once per loop iteration (``call_soon``), or
+as soon as 64 KiB are waiting; a request or an answer is written at once, after them, so the
+order on the wire is the order of the calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import inspect
+import logging
+import os
+from collections import deque
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Executor
+from typing import Any, TypeVar
+
+from typing_extensions import ParamSpec
+
+from .. import rpc
+from ..errors import (
+    REQUEST_CANCELLED,
+    ConnectionClosedError,
+    RequestCancelledError,
+    RequestError,
+    RequestTimeoutError,
+)
+from ..executor import HandlerPool
+from .transport.base import AsyncTransport
+
+__all__ = [
+    "DEFAULT_REQUEST_TIMEOUT",
+    "MAX_QUEUED_MESSAGES",
+    "AsyncConnection",
+    "AsyncInboundCall",
+    "Timer",
+    "WireTap",
+]
+
+_log = logging.getLogger("acp.aio.connection")
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+DEFAULT_REQUEST_TIMEOUT = 60.0
+#: Messages the reader lets wait for the dispatcher before it stops reading (backpressure).
+MAX_QUEUED_MESSAGES = 10_000
+_FLUSH_BYTES = 64 * 1024
+
+WireTap = Callable[[str, bytes], None]
+"""Receives ("in" | "out", line) for every line, for debugging."""
+
+_USE_DEFAULT: Any = object()
+
+# True while a notification handler is awaited by the dispatcher: requests made there are
+# answered without waiting for the queue (the deadlock rule).
+_serial: contextvars.ContextVar[bool] = contextvars.ContextVar("acp_aio_serial", default=False)
+
+
+class _Mark:
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+_EOF_MARK = _Mark("EOF")
+_DRAIN_MARK = _Mark("DRAIN")
+
+_Response = rpc.Response
+_ErrorResponse = rpc.ErrorResponse
+_Notification = rpc.Notification
+_Request = rpc.Request
+
+
+class AsyncInboundCall(rpc.InboundRequest):
+    """One inbound request while its handler runs: its id, method and cancellation state.
+
+    ``cancelled`` is set when the peer sends ``$/cancel_request`` for it (its handler's task is
+    then cancelled too), when the input ends (the peer is gone: the task goes on and may still
+    answer) and as soon as :meth:`AsyncConnection.close` starts. ``on_cancel`` callbacks run on
+    the loop, at that moment. :attr:`task` is the handler's task (None for a plain-function
+    handler, which runs to completion on the loop, and before the handler starts).
+    """
+
+    __slots__ = ("connection", "task", "_is_cancelled", "_event", "_callbacks")
+
+    def __init__(self, connection: AsyncConnection, call_id: rpc.RequestId, method: str) -> None:
+        super().__init__(call_id, method)
+        self.connection = connection
+        self.task: asyncio.Task[Any] | None = None
+        self._is_cancelled = False
+        self._event: asyncio.Event | None = None
+        self._callbacks: list[Callable[[], None]] | None = None
+
+    @property
+    def cancelled(self) -> asyncio.Event:
+        """An :class:`asyncio.Event` set once the request is cancelled."""
+        event = self._event
+        if event is None:
+            event = self._event = asyncio.Event()
+            if self._is_cancelled:
+                event.set()
+        return event
+
+    @property
+    def is_cancelled(self) -> bool:
+        """True once the request was cancelled (a plain bool: safe to read from any thread)."""
+        return self._is_cancelled
+
+    def on_cancel(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` on the loop when the request is cancelled (at once if it already is)."""
+        if self._is_cancelled:
+            callback()
+            return
+        if self._callbacks is None:
+            self._callbacks = []
+        self._callbacks.append(callback)
+
+    def answer(self, result: Any) -> bool:
+        """Answer the request now, instead of (or before) its handler. False, sending nothing,
+        when it was already answered (or cancelled, or the connection closed); whatever the
+        handler returns afterwards is dropped."""
+        line = self.connection._endpoint.answer(self, result)
+        if line is None:
+            return False
+        self.connection._write_answer(line)
+        return True
+
+    def answer_error(self, code: int, message: str | None = None, data: Any = None) -> bool:
+        """Answer the request with an error now; False (nothing sent) if it was already answered."""
+        line = self.connection._endpoint.answer_error(self, code, message, data)
+        if line is None:
+            return False
+        self.connection._write_answer(line)
+        return True
+
+    def cancel(self) -> None:
+        """Cancel the request as ``$/cancel_request`` does, without answering it: set
+        :attr:`cancelled`, run the callbacks, cancel :attr:`task`. The handler's
+        CancelledError then sends nothing: the caller answers (e.g. a prompt turn's
+        ``stopReason: "cancelled"``) with :meth:`answer`."""
+        self._set_cancelled()
+        task = self.task
+        if task is not None and not task.done() and task is not asyncio.current_task():
+            task.cancel()
+
+    def _set_cancelled(self) -> None:
+        if self._is_cancelled:
+            return
+        self._is_cancelled = True
+        if self._event is not None:
+            self._event.set()
+        callbacks, self._callbacks = self._callbacks, None
+        for callback in callbacks or ():
+            try:
+                callback()
+            except Exception:
+                _log.exception("on_cancel callback failed for %s", self.method)
+
+
+class Timer:
+    """A callback scheduled with :meth:`AsyncConnection.call_later`."""
+
+    __slots__ = ("_handle", "_timers")
+
+    def __init__(self, handle: asyncio.TimerHandle | None, timers: set[Timer]) -> None:
+        self._handle = handle
+        self._timers = timers
+
+    def cancel(self) -> None:
+        """Do not run the callback (no effect once it has run)."""
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        self._timers.discard(self)
+
+
+class AsyncConnection:
+    """A JSON-RPC connection over an :class:`~acp.aio.transport.AsyncTransport`, on one loop.
+
+    Register handlers with :meth:`on_request` / :meth:`on_notification`, then :meth:`start`
+    (on the running loop) or ``async with``. Handlers: ``handler(params, call)`` for requests,
+    ``handler(params)`` for notifications. An ``async def`` handler (any callable returning an
+    awaitable) is awaited: a request handler as its own task, notification handlers one at a
+    time in arrival order. A plain function is called on the loop and must not block.
+
+    ``executor`` runs blocking work (:meth:`blocking`, :meth:`run_blocking`); by default the
+    connection creates a :class:`~acp.executor.HandlerPool` on first use and shuts it down on
+    close. A user-supplied executor is never shut down by the connection.
+    """
+
+    def __init__(
+        self,
+        transport: AsyncTransport,
+        *,
+        executor: Executor | None = None,
+        request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT,
+        max_message_bytes: int = rpc.DEFAULT_MAX_LINE_BYTES,
+        wire_tap: WireTap | str | os.PathLike[str] | None = None,
+        name: str = "acp",
+    ) -> None:
+        self._transport = transport
+        self.name = name
+        """Labels log lines and the executor's threads."""
+        self.request_timeout = request_timeout
+        """The default timeout of :meth:`request` (None: wait forever)."""
+        self._endpoint = rpc.Endpoint(self._make_call, name=name)
+        self._framer = rpc.LineFramer(max_message_bytes)
+        self._close_callbacks: list[Callable[[], None]] = []
+        if isinstance(wire_tap, (str, os.PathLike)):
+            from ..wiretap import JsonlWireTap
+
+            tap = JsonlWireTap(wire_tap)
+            wire_tap = tap
+            self._close_callbacks.append(tap.close)
+        self._wire_tap: WireTap | None = wire_tap
+        self._executor = executor
+        self._own_executor: HandlerPool | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+        # Inbound messages waiting for the dispatcher, in arrival order; the dispatcher removes
+        # an item only once it is done with it (so "empty" means "nothing ahead").
+        self._queue: deque[Any] = deque()
+        self._max_queued = MAX_QUEUED_MESSAGES
+        # The Future the idle dispatcher sleeps on (None while it works).
+        self._wake: asyncio.Future[None] | None = None
+        # Backpressure: the Future the held reader sleeps on.
+        self._held: asyncio.Future[None] | None = None
+        # A notification handler awaits an answer: the reader must not be held.
+        self._dispatcher_asked = False
+
+        # Notification lines waiting for the end of this loop iteration.
+        self._wbuf: list[bytes] = []
+        self._wbuf_size = 0
+
+        self._reader: asyncio.Task[None] | None = None
+        self._dispatcher: asyncio.Task[None] | None = None
+        # Request handler tasks still running.
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._timers: set[Timer] = set()
+
+        self._started = False
+        self._closed = False
+        # Resolved when the dispatcher reaches the end of input (or a graceful close's mark).
+        self._drained: asyncio.Future[None] | None = None
+        self._drain_done: asyncio.Future[None] | None = None
+        self._close_done: asyncio.Future[None] | None = None
+
+    def _make_call(self, call_id: rpc.RequestId, method: str) -> AsyncInboundCall:
+        return AsyncInboundCall(self, call_id, method)
+
+    # ------------------------------------------------------------------ registration
+
+    def on_request(
+        self,
+        method: str,
+        handler: Callable[[Any, AsyncInboundCall], Any],
+        params_type: Any = None,
+        *,
+        on_arrival: Callable[[Any, AsyncInboundCall], None] | None = None,
+    ) -> None:
+        """Handle requests for ``method``: ``handler(params, call)`` returns (or, async, resolves
+        to) the result. Raise :class:`RequestError` to answer with a specific error; any other
+        exception is answered -32603 "Internal error" (and logged).
+
+        ``on_arrival(params, call)`` runs on the loop the moment the request is read, before
+        anything read after it; it must not block, and raising RequestError refuses the request.
+        """
+        self._endpoint.on_request(method, handler, params_type, on_arrival)
+
+    def on_notification(
+        self,
+        method: str,
+        handler: Callable[[Any], Any],
+        params_type: Any = None,
+        *,
+        immediate: bool = False,
+    ) -> None:
+        """Handle notifications for ``method`` in arrival order, one at a time.
+
+        ``immediate=True`` calls the (plain, non-blocking) handler the moment the notification
+        is read, never queued (for cancellation).
+        """
+        self._endpoint.on_notification(method, handler, params_type, immediate)
+
+    def on_unknown_request(self, handler: Callable[[str, Any, AsyncInboundCall], Any]) -> None:
+        """Handle requests no method handler matches: ``handler(method, params, call)``."""
+        self._endpoint.fallback_request = handler
+
+    def on_unknown_notification(self, handler: Callable[[str, Any], Any]) -> None:
+        """Handle notifications no method handler matches: ``handler(method, params)``."""
+        self._endpoint.fallback_notification = handler
+
+    def on_close(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` once (on the loop) when the input ends or the connection closes."""
+        self._close_callbacks.append(callback)
+
+    # ------------------------------------------------------------------ executor
+
+    @property
+    def executor(self) -> Executor:
+        """Where blocking work runs: the user's executor, or one the connection owns (created
+        on first use, shut down on close)."""
+        executor = self._executor
+        if executor is None:
+            if self._closed:
+                raise ConnectionClosedError("connection closed")
+            executor = self._executor = self._own_executor = HandlerPool(thread_name_prefix=f"{self.name}-handler")
+        return executor
+
+    async def run_blocking(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run the blocking ``fn(*args)`` on :attr:`executor` and await its result."""
+        loop = self._loop or asyncio.get_running_loop()
+        return await loop.run_in_executor(self.executor, fn, *args)
+
+    def blocking(self, fn: Callable[P, T]) -> Callable[P, Awaitable[T]]:
+        """Wrap a blocking function as an async callable that runs it on :attr:`executor`:
+        ``conn.on_request("m", conn.blocking(handler))``. Facades use it for users' plain
+        handlers (which must never run on the loop)."""
+
+        @functools.wraps(fn)
+        async def run(*args: P.args, **kwargs: P.kwargs) -> T:
+            loop = self._loop or asyncio.get_running_loop()
+            if kwargs:
+                return await loop.run_in_executor(self.executor, functools.partial(fn, *args, **kwargs))
+            return await loop.run_in_executor(self.executor, fn, *args)
+
+        return run
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> AsyncConnection:
+        """Start the reader and dispatcher tasks; call it on the running loop."""
+        if self._started:
+            return self
+        loop = self._loop = asyncio.get_running_loop()
+        self._started = True
+        self._drained = loop.create_future()
+        self._drain_done = loop.create_future()
+        self._dispatcher = loop.create_task(self._dispatch_loop(), name=f"{self.name}-dispatcher")
+        self._reader = loop.create_task(self._read_loop(), name=f"{self.name}-reader")
+        return self
+
+    @property
+    def is_closed(self) -> bool:
+        """True once the input ended or close() was called."""
+        return self._endpoint.eof or self._closed
+
+    async def __aenter__(self) -> AsyncConnection:
+        return self.start()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close(graceful=True)
+
+    async def wait_closed(self, timeout: float | None = None) -> bool:
+        """Wait until the input ended and everything received was handled and answered (or
+        the connection closed). False when ``timeout`` ran out first."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        drained = self._drained
+        if drained is None:
+            return self._closed
+        if not drained.done():
+            await asyncio.wait((drained,), timeout=timeout)
+            if not drained.done():
+                return False
+        return await self._wait_tasks(deadline)
+
+    async def close(self, graceful: bool = False, timeout: float | None = 5.0) -> None:
+        """Close the connection; idempotent.
+
+        Every running handler sees its call cancelled at once. ``graceful=False`` then cancels
+        the handlers' tasks: queued work is dropped, pending calls fail with
+        ConnectionClosedError. ``graceful=True`` first stops taking new requests, drains the
+        queue and waits for running handlers (which may still answer), while still reading
+        the answers they wait for. Either way close waits about ``timeout`` at most, in all.
+        """
+        if self._close_done is not None:
+            if not self._close_done.done() and self._close_done is not asyncio.current_task():
+                await asyncio.wait((self._close_done,), timeout=timeout)
+            return
+        loop = self._loop = self._loop or asyncio.get_running_loop()
+        self._close_done = loop.create_future()
+        try:
+            await self._close(loop, graceful, timeout)
+        finally:
+            self._close_done.set_result(None)
+
+    async def _close(self, loop: asyncio.AbstractEventLoop, graceful: bool, timeout: float | None) -> None:
+        deadline = None if timeout is None else loop.time() + timeout
+        ep = self._endpoint
+        current = asyncio.current_task()
+        if graceful and self._started and not self._closed:
+            # Cancelled first, so handlers waiting on a user or a peer give up now instead of
+            # at the end of the wait; their answers still go out.
+            for call in ep.start_closing():
+                assert isinstance(call, AsyncInboundCall)
+                call._set_cancelled()
+            done = self._drain_done
+            assert done is not None
+            if not ep.eof and current is not self._dispatcher:
+                self._enqueue_mark(_DRAIN_MARK)
+                if not done.done():
+                    await asyncio.wait((done,), timeout=_remaining(loop, deadline))
+            await self._wait_tasks(deadline)
+        self._closed = True
+        inbound, pending = ep.close()
+        for call in inbound:
+            assert isinstance(call, AsyncInboundCall)
+            call._set_cancelled()
+        self._flush()
+        error = ep.closed_error()
+        for record in pending:
+            self._fail(record, error)
+        for timer in list(self._timers):
+            timer.cancel()
+        if self._held is not None and not self._held.done():
+            self._held.set_result(None)
+        tasks = [t for t in self._tasks if t is not current and not t.done()]
+        for task in (self._reader, self._dispatcher):
+            if task is not None and task is not current and not task.done():
+                tasks.append(task)
+        for task in tasks:
+            task.cancel()
+        try:
+            await self._transport.close()
+        except Exception:
+            _log.exception("%s: closing the transport failed", self.name)
+        if tasks:
+            # A little past the deadline, so tasks that are merely finishing are still awaited.
+            wait = _remaining(loop, deadline)
+            await asyncio.wait(tasks, timeout=None if wait is None else max(wait, 0.1))
+            if any(not t.done() for t in tasks):
+                _log.warning("%s: a handler task is still running after close", self.name)
+        self._queue.clear()
+        pool = self._own_executor
+        if pool is not None:
+            pool.shutdown(wait=False)
+            # The pool's threads end when their work does; wait for them without blocking the
+            # loop (short polls, only on close of a connection that ran blocking work).
+            while not pool.join(0):
+                if deadline is not None and loop.time() >= deadline:
+                    _log.warning("%s: a blocking handler is still running after close", self.name)
+                    break
+                await asyncio.sleep(0.005)
+        for fut in (self._drained, self._drain_done):
+            if fut is not None and not fut.done():
+                fut.set_result(None)
+        self._run_close_callbacks()
+
+    async def _wait_tasks(self, deadline: float | None) -> bool:
+        """Wait for the running handler tasks (not the current one) until ``deadline``."""
+        loop = asyncio.get_running_loop()
+        current = asyncio.current_task()
+        while True:
+            tasks = [t for t in self._tasks if t is not current and not t.done()]
+            if not tasks:
+                return True
+            remaining = _remaining(loop, deadline)
+            if remaining is not None and remaining <= 0:
+                return False
+            await asyncio.wait(tasks, timeout=remaining)
+
+    def _run_close_callbacks(self) -> None:
+        callbacks, self._close_callbacks = self._close_callbacks, []
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:
+                _log.exception("%s: close callback failed", self.name)
+
+    # ------------------------------------------------------------------ outbound calls
+
+    async def request(
+        self,
+        method: str,
+        params: Any = None,
+        result_type: Any = None,
+        *,
+        timeout: float | None = _USE_DEFAULT,
+    ) -> Any:
+        """Send a request and await its result, decoded as ``result_type``.
+
+        ``timeout`` defaults to the connection's ``request_timeout``; None waits forever. On
+        timeout a ``$/cancel_request`` is sent, the late answer is dropped and
+        :class:`RequestTimeoutError` is raised. An error answer raises :class:`RequestError`.
+        Cancelling the awaiting task sends ``$/cancel_request`` and re-raises CancelledError.
+        """
+        if not self._started:
+            raise ConnectionClosedError("connection not started")
+        loop = self._loop
+        assert loop is not None
+        ep = self._endpoint
+        waiter = loop.create_future()
+        serial = _serial.get()
+        pending = ep.register(method, result_type, waiter, serial)
+        if serial:
+            # A notification handler waits for this answer: the reader must keep reading.
+            self._dispatcher_asked = True
+            held = self._held
+            if held is not None and not held.done():
+                held.set_result(None)
+        line = ep.request_line(pending, params)
+        try:
+            self._write(line)
+        except BaseException:
+            ep.abandon(pending.id)
+            raise
+        if timeout is _USE_DEFAULT:
+            timeout = self.request_timeout
+        timer = loop.call_later(timeout, self._expire, pending) if timeout is not None else None
+        try:
+            msg = await waiter
+        except asyncio.CancelledError:
+            if ep.abandon(pending.id) is not None:
+                self._send_cancel(pending.id)
+            raise
+        finally:
+            if timer is not None:
+                timer.cancel()
+        if type(msg) is _Response:
+            return ep.decode_result(pending, msg.result)
+        raise ep.response_error(msg)
+
+    def notify(self, method: str, params: Any = None) -> None:
+        """Send a notification; never blocks. Lines are written at the end of the current loop
+        iteration (and always before the next request or answer), so order is unchanged."""
+        line = self._endpoint.notification_line(method, params)
+        if self._wire_tap is not None:
+            self._tap("out", line)
+        wbuf = self._wbuf
+        wbuf.append(line)
+        self._wbuf_size += len(line)
+        if len(wbuf) == 1:
+            loop = self._loop
+            if loop is None:
+                loop = self._loop = asyncio.get_running_loop()
+            loop.call_soon(self._flush)
+        elif self._wbuf_size >= _FLUSH_BYTES:
+            self._flush()
+
+    def cancel_request(self, msg_id: int) -> None:
+        """Abandon an outbound request: the peer gets ``$/cancel_request``, the caller
+        :class:`RequestCancelledError`."""
+        pending = self._endpoint.abandon(msg_id)
+        if pending is not None:
+            self._send_cancel(msg_id)
+            self._fail(pending, RequestCancelledError(f"{pending.method}: cancelled"))
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> Timer:
+        """Run ``callback`` on the loop after ``delay`` seconds (never once the connection is
+        closed); :meth:`Timer.cancel` stops it. Facades use it for their timers."""
+        if self._closed:
+            return Timer(None, self._timers)
+        loop = self._loop or asyncio.get_running_loop()
+        timer = Timer(None, self._timers)
+        timer._handle = loop.call_later(delay, self._fire_timer, timer, callback)
+        self._timers.add(timer)
+        return timer
+
+    def _fire_timer(self, timer: Timer, callback: Callable[[], None]) -> None:
+        self._timers.discard(timer)
+        timer._handle = None
+        if self._closed:
+            return
+        try:
+            callback()
+        except Exception:
+            _log.exception("%s: a timer callback failed", self.name)
+
+    def _expire(self, pending: rpc.Pending) -> None:
+        if self._endpoint.abandon(pending.id) is not None:
+            self._send_cancel(pending.id)
+            self._fail(pending, RequestTimeoutError(f"{pending.method}: no answer in time"))
+
+    def _send_cancel(self, msg_id: int) -> None:
+        line = self._endpoint.cancel_line(msg_id)
+        if line is not None:
+            self._write_answer(line)
+
+    @staticmethod
+    def _fail(pending: rpc.Pending, error: BaseException) -> None:
+        waiter = pending.waiter
+        if not waiter.done():
+            waiter.set_exception(error)
+
+    def _complete(self, msg: rpc.ResponseLike) -> None:
+        pending = self._endpoint.take(msg.id)
+        if pending is not None:
+            waiter = pending.waiter
+            if not waiter.done():
+                waiter.set_result(msg)
+
+    # ------------------------------------------------------------------ writing
+
+    def _write(self, line: bytes) -> None:
+        """Write a request or answer line now, after any batched notifications."""
+        if self._wire_tap is not None:
+            self._tap("out", line)
+        if self._wbuf:
+            self._wbuf.append(line)
+            line = b"".join(self._wbuf)
+            self._wbuf.clear()
+            self._wbuf_size = 0
+        self._transport.write(line)
+
+    def _write_answer(self, line: bytes) -> None:
+        try:
+            self._write(line)
+        except ConnectionClosedError:
+            _log.debug("%s: answer not sent: connection closed", self.name)
+
+    def _flush(self) -> None:
+        if self._wbuf:
+            data = b"".join(self._wbuf)
+            self._wbuf.clear()
+            self._wbuf_size = 0
+            try:
+                self._transport.write(data)
+            except ConnectionClosedError:
+                _log.debug("%s: notifications not sent: connection closed", self.name)
+
+    def _write_outbox(self) -> None:
+        for line in self._endpoint.data_to_send():
+            self._write_answer(line)
+
+    def _tap(self, direction: str, line: bytes) -> None:
+        try:
+            assert self._wire_tap is not None
+            self._wire_tap(direction, line)
+        except Exception:
+            _log.exception("wire tap failed")
+
+    # ------------------------------------------------------------------ reading
+
+    async def _read_loop(self) -> None:
+        read = self._transport.read
+        feed = self._framer.feed
+        queue = self._queue
+        try:
+            while True:
+                if len(queue) >= self._max_queued and not self._dispatcher_asked and not self._closed:
+                    await self._hold_reading()
+                try:
+                    data = await read()
+                except OSError as exc:
+                    _log.debug("%s: read failed: %r", self.name, exc)
+                    break
+                if not data:
+                    break
+                lines = feed(data)
+                if lines:
+                    self._on_lines(lines)
+            if not self._closed:
+                self._on_lines(self._framer.end())
+        except asyncio.CancelledError:
+            if self._closed:
+                return
+            raise
+        except Exception:
+            _log.exception("%s: reader failed", self.name)
+        if not self._closed:
+            self._on_eof()
+
+    async def _hold_reading(self) -> None:
+        """Stop reading while the dispatcher is far behind (a slow notification consumer), so
+        the peer's writes back up instead of this process buffering without bound."""
+        loop = self._loop
+        assert loop is not None
+        held = self._held = loop.create_future()
+        try:
+            await held
+        finally:
+            self._held = None
+
+    def _on_lines(self, lines: list[bytes | rpc.LineTooLong]) -> None:
+        """Route the lines of one read."""
+        queue = self._queue
+        handlers = self._endpoint.handlers
+        tap = self._wire_tap
+        decode_line = rpc.decode_line
+        for line in lines:
+            if type(line) is not bytes:
+                assert isinstance(line, rpc.LineTooLong)
+                _log.warning("%s: discarded a line of %d bytes (over the limit)", self.name, line.size)
+                continue
+            if tap is not None:
+                self._tap("in", line)
+            msg = decode_line(line)
+            cls = type(msg)
+            if cls is _Notification:
+                # Inlined: notifications are the bulk of a stream.
+                handler = handlers.get(msg.method)  # type: ignore[union-attr]
+                if handler is not None and handler.immediate:
+                    self._run_immediate(msg)  # type: ignore[arg-type]
+                elif msg.method == rpc.CANCEL_REQUEST:  # type: ignore[union-attr]
+                    self._on_cancel_request(msg)  # type: ignore[arg-type]
+                elif queue:
+                    queue.append(msg)
+                else:
+                    self._run_notification_now(msg)  # type: ignore[arg-type]
+            elif cls is list:
+                for item in msg:  # type: ignore[union-attr]
+                    self._route(item)
+            else:
+                self._route(msg)  # type: ignore[arg-type]
+        if queue:
+            wake = self._wake
+            if wake is not None:
+                self._wake = None
+                wake.set_result(None)
+
+    def _route(self, msg: rpc.Message) -> None:
+        queue = self._queue
+        cls = type(msg)
+        if cls is _Response or cls is _ErrorResponse:
+            if not queue:
+                self._complete(msg)  # type: ignore[arg-type]
+                return
+            pending = self._endpoint.peek(msg.id)  # type: ignore[union-attr]
+            if pending is not None and pending.serial:
+                self._complete(msg)  # type: ignore[arg-type]
+            else:
+                queue.append(msg)
+        elif cls is _Request:
+            # Registered now, in arrival order, even when it has to wait its turn in the
+            # queue: a $/cancel_request or an arrival hook's state then finds it.
+            start = self._endpoint.receive_request(msg)  # type: ignore[arg-type]
+            if start is None:
+                self._write_outbox()
+            elif queue:
+                queue.append(start)
+            else:
+                self._start_request(start)
+        elif cls is _Notification:
+            assert isinstance(msg, _Notification)
+            handler = self._endpoint.handlers.get(msg.method)
+            if handler is not None and handler.immediate:
+                self._run_immediate(msg)
+            elif msg.method == rpc.CANCEL_REQUEST:
+                self._on_cancel_request(msg)
+            elif queue:
+                queue.append(msg)
+            else:
+                self._run_notification_now(msg)
+        else:
+            assert isinstance(msg, rpc.Invalid)
+            answer = self._endpoint.receive_invalid(msg)
+            if answer is not None:
+                self._route(answer)
+            else:
+                self._write_outbox()
+
+    def _on_cancel_request(self, msg: rpc.Notification) -> None:
+        call = self._endpoint.receive_cancel(msg)
+        self._write_outbox()
+        if call is not None:
+            assert isinstance(call, AsyncInboundCall)
+            call.cancel()
+
+    def _on_eof(self) -> None:
+        ep = self._endpoint
+        error = None
+        for pending in ep.receive_eof():
+            if error is None:
+                error = ep.closed_error()
+            self._fail(pending, error)
+        # The peer is gone: no handler need wait for it (or for a user) any longer; they may
+        # still answer (the peer may only have half-closed).
+        for call in list(ep.inbound.values()):
+            assert isinstance(call, AsyncInboundCall)
+            call._set_cancelled()
+        self._enqueue_mark(_EOF_MARK)
+
+    def _enqueue_mark(self, mark: _Mark) -> None:
+        self._queue.append(mark)
+        wake = self._wake
+        if wake is not None:
+            self._wake = None
+            wake.set_result(None)
+
+    # ------------------------------------------------------------------ handlers
+
+    def _run_immediate(self, msg: rpc.Notification) -> None:
+        target = self._endpoint.notification_params(msg)
+        if target is None:
+            return
+        fn, args = target
+        try:
+            result = fn(*args)
+        except Exception:
+            _log.exception("%s: %s notification handler failed", self.name, msg.method)
+            return
+        if result is not None and inspect.isawaitable(result):
+            # An immediate handler should be plain; if it is not, let it run on its own.
+            self._spawn(self._await_notification(result, msg.method))
+
+    def _run_notification_now(self, msg: rpc.Notification) -> None:
+        """Nothing is queued ahead: call the handler here; an awaitable it returns goes to the
+        head of the queue, for the dispatcher to await before anything read after it."""
+        target = self._endpoint.notification_params(msg)
+        if target is None:
+            return
+        fn, args = target
+        try:
+            result = fn(*args)
+        except Exception:
+            _log.exception("%s: %s notification handler failed", self.name, msg.method)
+            return
+        if result is not None and inspect.isawaitable(result):
+            self._queue.append((result, msg.method))
+
+    async def _await_notification(self, awaitable: Awaitable[Any], method: str) -> None:
+        token = _serial.set(True)
+        try:
+            await awaitable
+        except asyncio.CancelledError:
+            if self._closed:
+                raise
+            _log.debug("%s: %s notification handler was cancelled", self.name, method)
+        except Exception:
+            _log.exception("%s: %s notification handler failed", self.name, method)
+        finally:
+            _serial.reset(token)
+            self._dispatcher_asked = False
+
+    def _start_request(self, start: rpc.Start) -> None:
+        """Call a request's handler: a plain function's result is answered at once; an
+        awaitable runs as the call's task."""
+        call = start[0]
+        assert isinstance(call, AsyncInboundCall)
+        ep = self._endpoint
+        try:
+            fn, args = ep.request_params(start)
+            result = fn(*args)
+        except Exception as exc:
+            if not isinstance(exc, RequestError):
+                _log.exception("%s: %s handler failed", self.name, call.method)
+            line = ep.answer_exception(call, exc)
+            if line is not None:
+                self._write_answer(line)
+            return
+        if result is not None and inspect.isawaitable(result):
+            call.task = self._spawn(self._run_request(call, result))
+            return
+        line = ep.answer(call, result)
+        if line is not None:
+            self._write_answer(line)
+
+    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
+        loop = self._loop
+        assert loop is not None
+        task = loop.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _run_request(self, call: AsyncInboundCall, awaitable: Awaitable[Any]) -> None:
+        ep = self._endpoint
+        try:
+            result = await awaitable
+        except asyncio.CancelledError:
+            # Cancelled by $/cancel_request, call.cancel() or close: answered already, or the
+            # canceller answers. Cancelled by anyone else: the peer must still get an answer.
+            if not call._is_cancelled and not self._closed:
+                line = ep.answer_error(call, REQUEST_CANCELLED, "Request cancelled")
+                if line is not None:
+                    self._write_answer(line)
+            raise
+        except Exception as exc:
+            if not isinstance(exc, RequestError):
+                _log.exception("%s: %s handler failed", self.name, call.method)
+            line = ep.answer_exception(call, exc)
+        else:
+            line = ep.answer(call, result)
+        if line is not None:
+            self._write_answer(line)
+
+    # ------------------------------------------------------------------ dispatching
+
+    async def _dispatch_loop(self) -> None:
+        loop = self._loop
+        assert loop is not None
+        queue = self._queue
+        ep = self._endpoint
+        while True:
+            if not queue:
+                wake = self._wake = loop.create_future()
+                await wake
+                continue
+            item = queue[0]
+            cls = type(item)
+            if cls is _Notification:
+                target = ep.notification_params(item)
+                if target is not None:
+                    fn, args = target
+                    try:
+                        result = fn(*args)
+                    except Exception:
+                        _log.exception("%s: %s notification handler failed", self.name, item.method)
+                        result = None
+                    if result is not None and inspect.isawaitable(result):
+                        await self._await_notification(result, item.method)
+            elif cls is tuple and len(item) == 2:
+                # An awaitable a notification handler returned when run by the reader.
+                await self._await_notification(*item)
+            elif cls is tuple:
+                if not item[0].is_answered:  # a $/cancel_request answered it while queued
+                    self._start_request(item)
+            elif cls is _Response or cls is _ErrorResponse:
+                self._complete(item)
+            elif item is _DRAIN_MARK:
+                if self._drain_done is not None and not self._drain_done.done():
+                    self._drain_done.set_result(None)
+            elif item is _EOF_MARK:
+                queue.popleft()
+                for fut in (self._drain_done, self._drained):
+                    if fut is not None and not fut.done():
+                        fut.set_result(None)
+                self._run_close_callbacks()
+                return
+            queue.popleft()
+            held = self._held
+            if held is not None and len(queue) < self._max_queued // 2 and not held.done():
+                held.set_result(None)
+
+
+def _remaining(loop: asyncio.AbstractEventLoop, deadline: float | None) -> float | None:
+    if deadline is None:
+        return None
+    return max(0.0, deadline - loop.time())

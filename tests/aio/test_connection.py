@@ -1,0 +1,672 @@
+"""The asyncio engine (acp.aio.AsyncConnection) over acp.aio.transport.memory_pair: ordering,
+the deadlock rule, cancellation, timeouts, bad input, close. Every test runs its coroutine with
+``run`` (bounded, and failing if a task outlives it); waits are on events, never on the clock."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+
+from acp.aio import AsyncConnection, AsyncInboundCall
+from acp.aio import connection as aio_connection
+from acp.aio.transport import memory_pair
+from acp.errors import (
+    ConnectionClosedError,
+    RequestCancelledError,
+    RequestError,
+    RequestTimeoutError,
+)
+from acp.schema import ReadTextFileRequest, ReadTextFileResponse
+from tests.helpers.aio_support import WAIT, RawPeer, run, yield_loop
+
+
+def _pair() -> tuple[AsyncConnection, AsyncConnection]:
+    a_side, b_side = memory_pair()
+    return AsyncConnection(a_side, name="a", request_timeout=WAIT), AsyncConnection(b_side, name="b", request_timeout=WAIT)
+
+
+def _raw() -> tuple[AsyncConnection, RawPeer]:
+    ours, theirs = memory_pair()
+    return AsyncConnection(ours, name="conn", request_timeout=WAIT), RawPeer(theirs)
+
+
+def _req(msg_id: int, method: str, params: Any = None) -> dict[str, Any]:
+    msg: dict[str, Any] = {"jsonrpc": "2.0", "id": msg_id, "method": method}
+    if params is not None:
+        msg["params"] = params
+    return msg
+
+
+def _note(method: str, params: Any = None) -> dict[str, Any]:
+    msg: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+    if params is not None:
+        msg["params"] = params
+    return msg
+
+
+def _result(msg_id: int, result: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": msg_id, "result": result}
+
+
+# ---------------------------------------------------------------------------- requests
+
+
+def test_request_answer_sync_and_async_handlers() -> None:
+    async def main() -> None:
+        a, b = _pair()
+
+        async def slow(params: Any, call: AsyncInboundCall) -> Any:
+            await asyncio.sleep(0)
+            assert call.task is asyncio.current_task()
+            return {"slow": params}
+
+        b.on_request("echo", lambda params, call: params)
+        b.on_request("slow", slow)
+        a.start()
+        b.start()
+        assert await a.request("echo", {"x": 1}) == {"x": 1}
+        assert await a.request("slow", [1, 2]) == {"slow": [1, 2]}
+        # Concurrent requests each get their own answer.
+        results = await asyncio.gather(*(a.request("slow", {"i": i}) for i in range(50)))
+        assert results == [{"slow": {"i": i}} for i in range(50)]
+        await a.close()
+        await b.close()
+
+    run(main)
+
+
+def test_typed_params_and_results() -> None:
+    async def main() -> None:
+        a, b = _pair()
+        seen: list[Any] = []
+
+        async def read(params: ReadTextFileRequest, call: AsyncInboundCall) -> ReadTextFileResponse:
+            seen.append(params)
+            return ReadTextFileResponse(content=f"{params.path}:{params.line}")
+
+        b.on_request("fs/read_text_file", read, ReadTextFileRequest)
+        a.start()
+        b.start()
+        result = await a.request(
+            "fs/read_text_file", ReadTextFileRequest(session_id="s", path="/x", line=3), ReadTextFileResponse
+        )
+        assert result == ReadTextFileResponse(content="/x:3")
+        assert isinstance(seen[0], ReadTextFileRequest) and seen[0].session_id == "s"
+        await a.close()
+        await b.close()
+
+    run(main)
+
+
+def test_error_answers_keep_their_code() -> None:
+    async def main() -> None:
+        a, b = _pair()
+
+        async def refuse(params: Any, call: AsyncInboundCall) -> Any:
+            raise RequestError(-32002, "Resource not found", {"uri": "x"})
+
+        def crash(params: Any, call: AsyncInboundCall) -> Any:
+            raise ValueError("secret detail")
+
+        b.on_request("refuse", refuse)
+        b.on_request("crash", crash)
+        a.start()
+        b.start()
+        with pytest.raises(RequestError) as info:
+            await a.request("refuse")
+        assert (info.value.code, info.value.data) == (-32002, {"uri": "x"})
+        with pytest.raises(RequestError) as info:
+            await a.request("crash")
+        assert info.value.code == -32603 and "secret" not in str(info.value)
+        with pytest.raises(RequestError) as info:
+            await a.request("nobody")
+        assert info.value.code == -32601
+        await a.close()
+        await b.close()
+
+    run(main)
+
+
+def test_blocking_handlers_run_on_the_executor_not_the_loop() -> None:
+    async def main() -> None:
+        a, b = _pair()
+        loop_thread = threading.get_ident()
+        threads: list[int] = []
+
+        def blocking_handler(params: Any, call: AsyncInboundCall) -> Any:
+            threads.append(threading.get_ident())
+            return {"n": params["n"] * 2}
+
+        def plain_handler(params: Any, call: AsyncInboundCall) -> Any:
+            threads.append(threading.get_ident())
+            return params
+
+        b.on_request("blocking", b.blocking(blocking_handler))
+        b.on_request("plain", plain_handler)
+        a.start()
+        b.start()
+        assert await a.request("blocking", {"n": 21}) == {"n": 42}
+        assert await a.request("plain", {"n": 1}) == {"n": 1}
+        assert await b.run_blocking(threading.get_ident) != loop_thread
+        assert threads[0] != loop_thread  # on a pool thread
+        assert threads[1] == loop_thread  # plain functions are called on the loop
+        await a.close()
+        await b.close()
+
+    before = set(threading.enumerate())
+    run(main)
+    assert set(threading.enumerate()) <= before  # the owned pool was shut down and joined
+
+
+# ---------------------------------------------------------------------------- ordering
+
+
+def test_notifications_handled_in_order_before_the_answer() -> None:
+    async def main() -> None:
+        a, b = _pair()
+        seen: list[int] = []
+
+        async def on_async(params: Any) -> None:
+            await asyncio.sleep(0)
+            seen.append(params["i"])
+
+        def on_plain(params: Any) -> None:
+            seen.append(params["i"])
+
+        async def stream(params: Any, call: AsyncInboundCall) -> Any:
+            for i in range(params["n"]):
+                b.notify("async" if i % 3 == 0 else "plain", {"i": i})
+                if i % 100 == 0:
+                    await asyncio.sleep(0)  # spread over several reads
+            return "done"
+
+        a.on_notification("async", on_async)
+        a.on_notification("plain", on_plain)
+        b.on_request("stream", stream)
+        a.start()
+        b.start()
+        assert await a.request("stream", {"n": 1000}) == "done"
+        # The answer completed the caller only after every notification before it was handled.
+        assert seen == list(range(1000))
+        await a.close()
+        await b.close()
+
+    run(main)
+
+
+def test_response_completes_only_after_a_slow_notification_handler() -> None:
+    async def main() -> None:
+        conn, peer = _raw()
+        gate = asyncio.Event()
+        started = asyncio.Event()
+        seen: list[str] = []
+
+        async def on_update(params: Any) -> None:
+            started.set()
+            await gate.wait()
+            seen.append("update")
+
+        conn.on_notification("update", on_update)
+        conn.start()
+        call = asyncio.ensure_future(conn.request("ask"))
+        request = await peer.recv()
+        peer.send(_note("update"), _result(request["id"], "answer"))
+        await asyncio.wait_for(started.wait(), WAIT)
+        await yield_loop()
+        assert not call.done()  # held behind the handler that was still running
+        gate.set()
+        assert await call == "answer"
+        assert seen == ["update"]
+        await conn.close()
+
+    run(main)
+
+
+def test_request_starts_only_after_earlier_notifications() -> None:
+    async def main() -> None:
+        conn, peer = _raw()
+        gate = asyncio.Event()
+        started = asyncio.Event()
+        seen: list[str] = []
+
+        async def on_update(params: Any) -> None:
+            started.set()
+            await gate.wait()
+            seen.append("update")
+
+        async def on_ask(params: Any, call: AsyncInboundCall) -> Any:
+            seen.append("ask")
+            return "ok"
+
+        conn.on_notification("update", on_update)
+        conn.on_request("ask", on_ask)
+        conn.start()
+        peer.send(_note("update"), _req(1, "ask"))
+        await asyncio.wait_for(started.wait(), WAIT)
+        await yield_loop()
+        assert seen == []  # the request waits for the notification read before it
+        gate.set()
+        assert await peer.recv() == _result(1, "ok")
+        assert seen == ["update", "ask"]
+        await conn.close()
+
+    run(main)
+
+
+def test_deadlock_rule_notification_handler_awaits_its_own_request() -> None:
+    async def main() -> None:
+        a, b = _pair()
+        seen: list[Any] = []
+
+        async def on_update(params: Any) -> None:
+            # The answer arrives while this handler runs: it must not be queued behind it.
+            seen.append(await a.request("lookup", {"i": params["i"]}))
+
+        async def lookup(params: Any, call: AsyncInboundCall) -> Any:
+            return params["i"] * 10
+
+        def stream(params: Any, call: AsyncInboundCall) -> Any:
+            for i in range(5):
+                b.notify("update", {"i": i})
+            return "done"
+
+        a.on_notification("update", on_update)
+        b.on_request("lookup", lookup)
+        b.on_request("stream", stream)
+        a.start()
+        b.start()
+        assert await a.request("stream") == "done"
+        assert seen == [0, 10, 20, 30, 40]
+        await a.close()
+        await b.close()
+
+    run(main)
+
+
+def test_on_arrival_runs_before_later_lines_and_can_refuse() -> None:
+    async def main() -> None:
+        conn, peer = _raw()
+        order: list[str] = []
+
+        def arrival(params: Any, call: AsyncInboundCall) -> None:
+            if params["v"] == "no":
+                raise RequestError(-32600, "refused")
+            call.attachment = "set on arrival"
+            order.append("arrival")
+
+        async def handler(params: Any, call: AsyncInboundCall) -> Any:
+            return call.attachment
+
+        conn.on_request("m", handler, on_arrival=arrival)
+        conn.on_notification("cancel", lambda params: order.append("cancel"), immediate=True)
+        conn.start()
+        peer.send(_req(1, "m", {"v": "yes"}), _note("cancel"), _req(2, "m", {"v": "no"}))
+        answers = {}
+        for _ in range(2):
+            answer = await peer.recv()
+            answers[answer["id"]] = answer
+        assert answers[1] == _result(1, "set on arrival")
+        assert answers[2]["error"] == {"code": -32600, "message": "refused"}
+        assert order == ["arrival", "cancel"]
+        await conn.close()
+
+    run(main)
+
+
+# ---------------------------------------------------------------------------- cancellation
+
+
+def test_inbound_cancel_request_cancels_the_handler_task() -> None:
+    async def main() -> None:
+        conn, peer = _raw()
+        started = asyncio.Event()
+        outcome: list[str] = []
+        calls: list[AsyncInboundCall] = []
+
+        async def forever(params: Any, call: AsyncInboundCall) -> Any:
+            calls.append(call)
+            call.on_cancel(lambda: outcome.append("on_cancel"))
+            started.set()
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                outcome.append("CancelledError")
+                raise
+
+        conn.on_request("forever", forever)
+        conn.on_request("echo", lambda params, call: params)
+        conn.start()
+        peer.send(_req(7, "forever"))
+        await asyncio.wait_for(started.wait(), WAIT)
+        peer.send(_note("$/cancel_request", {"requestId": 7}))
+        answer = await peer.recv()
+        assert answer["id"] == 7 and answer["error"]["code"] == -32800
+        task = calls[0].task
+        assert task is not None
+        await asyncio.wait((task,), timeout=WAIT)
+        assert task.cancelled()
+        assert outcome == ["on_cancel", "CancelledError"]
+        assert calls[0].cancelled.is_set() and calls[0].is_answered
+        # Nothing more was sent for it; the connection goes on.
+        peer.send(_req(8, "echo", ["next"]))
+        assert await peer.recv() == _result(8, ["next"])
+        await conn.close()
+
+    run(main)
+
+
+def test_call_cancel_lets_the_facade_answer_itself() -> None:
+    async def main() -> None:
+        conn, peer = _raw()
+        calls: list[AsyncInboundCall] = []
+
+        async def turn(params: Any, call: AsyncInboundCall) -> Any:
+            calls.append(call)
+            await asyncio.Event().wait()
+
+        def on_cancel_turn(params: Any) -> None:
+            call = calls[0]
+            call.cancel()
+            assert call.answer({"stopReason": "cancelled"})
+
+        conn.on_request("turn", turn)
+        conn.on_notification("cancel", on_cancel_turn, immediate=True)
+        conn.start()
+        peer.send(_req(1, "turn"))
+        await yield_loop()
+        peer.send(_note("cancel"))
+        assert await peer.recv() == _result(1, {"stopReason": "cancelled"})
+        task = calls[0].task
+        assert task is not None
+        await asyncio.wait((task,), timeout=WAIT)
+        assert task.cancelled()
+        await conn.close()
+
+    run(main)
+
+
+def test_cancelling_the_awaiting_task_sends_cancel_request() -> None:
+    async def main() -> None:
+        conn, peer = _raw()
+        conn.start()
+        call = asyncio.ensure_future(conn.request("slow"))
+        request = await peer.recv()
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        assert await peer.recv() == _note("$/cancel_request", {"requestId": request["id"]})
+        # The late answer is dropped; the next call works.
+        peer.send(_result(request["id"], "late"))
+        nxt = asyncio.ensure_future(conn.request("next"))
+        request2 = await peer.recv()
+        peer.send(_result(request2["id"], "fine"))
+        assert await nxt == "fine"
+        await conn.close()
+
+    run(main)
+
+
+def test_cancel_request_by_id() -> None:
+    async def main() -> None:
+        conn, peer = _raw()
+        conn.start()
+        call = asyncio.ensure_future(conn.request("slow"))
+        request = await peer.recv()
+        conn.cancel_request(request["id"])
+        with pytest.raises(RequestCancelledError):
+            await call
+        assert await peer.recv() == _note("$/cancel_request", {"requestId": request["id"]})
+        await conn.close()
+
+    run(main)
+
+
+def test_timeout_raises_and_sends_cancel_request() -> None:
+    async def main() -> None:
+        conn, peer = _raw()
+        conn.start()
+        with pytest.raises(RequestTimeoutError):
+            await conn.request("silent", timeout=0.05)
+        request = await peer.recv()
+        assert await peer.recv() == _note("$/cancel_request", {"requestId": request["id"]})
+        peer.send(_result(request["id"], "late"))  # dropped
+        nxt = asyncio.ensure_future(conn.request("next", timeout=None))
+        request2 = await peer.recv()
+        peer.send(_result(request2["id"], "ok"))
+        assert await nxt == "ok"
+        await conn.close()
+
+    run(main)
+
+
+# ---------------------------------------------------------------------------- bad input
+
+
+def test_bad_input_is_answered_and_the_connection_goes_on() -> None:
+    async def main() -> None:
+        conn, peer = _raw()
+        conn.on_request("typed", lambda params, call: params.path, ReadTextFileRequest)
+        conn.on_request("echo", lambda params, call: params)
+        conn.start()
+        peer.send(b"this is not json\n")
+        answer = await peer.recv()
+        assert answer["id"] is None and answer["error"]["code"] == -32700
+        peer.send(_req(1, "no/such/method"))
+        answer = await peer.recv()
+        assert answer["id"] == 1 and answer["error"]["code"] == -32601
+        peer.send(_req(2, "typed", {"sessionId": 5}))
+        answer = await peer.recv()
+        assert answer["id"] == 2 and answer["error"]["code"] == -32602
+        peer.send(b'{"jsonrpc":"2.0","id":3}\n')
+        answer = await peer.recv()
+        assert answer["id"] == 3 and answer["error"]["code"] == -32600
+        peer.send(_note("unknown/notification"), _req(4, "echo", ["still here"]))
+        assert await peer.recv() == _result(4, ["still here"])
+        await conn.close()
+
+    run(main)
+
+
+def test_over_long_line_is_discarded() -> None:
+    async def main() -> None:
+        ours, theirs = memory_pair()
+        conn = AsyncConnection(ours, max_message_bytes=1000)
+        peer = RawPeer(theirs)
+        conn.on_request("echo", lambda params, call: params)
+        conn.start()
+        peer.send(_req(1, "echo", ["x" * 5000]), _req(2, "echo", ["small"]))
+        assert await peer.recv() == _result(2, ["small"])
+        await conn.close()
+
+    run(main)
+
+
+# ---------------------------------------------------------------------------- close
+
+
+def test_close_cancels_running_handlers_and_fails_pending_calls() -> None:
+    async def main() -> None:
+        a, b = _pair()
+        started = asyncio.Event()
+        outcome: list[str] = []
+
+        async def forever(params: Any, call: AsyncInboundCall) -> Any:
+            started.set()
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                outcome.append("cancelled" if call.is_cancelled else "not flagged")
+                raise
+
+        b.on_request("forever", forever)
+        closed: list[str] = []
+        b.on_close(lambda: closed.append("b"))
+        a.start()
+        b.start()
+        calls = [asyncio.ensure_future(a.request("forever")) for _ in range(3)]
+        await asyncio.wait_for(started.wait(), WAIT)
+        await yield_loop()
+        await b.close()
+        assert outcome == ["cancelled"] * 3
+        assert closed == ["b"]
+        assert b.is_closed
+        # b's transport closed: a read EOF, its pending calls failed "by peer".
+        for call in calls:
+            with pytest.raises(ConnectionClosedError, match="closed by peer"):
+                await call
+        with pytest.raises(ConnectionClosedError):
+            await a.request("anything")
+        with pytest.raises(ConnectionClosedError):
+            b.notify("late")
+        await b.close()  # idempotent
+        await a.close()
+        assert closed == ["b"]
+
+    run(main)  # run() checks that no task is left behind
+
+
+def test_close_fails_our_pending_calls() -> None:
+    async def main() -> None:
+        conn, peer = _raw()
+        conn.start()
+        call = asyncio.ensure_future(conn.request("slow"))
+        await peer.recv()
+        await conn.close()
+        with pytest.raises(ConnectionClosedError, match="^connection closed$"):
+            await call
+
+    run(main)
+
+
+def test_end_of_input_fails_pending_calls_and_runs_on_close_once() -> None:
+    async def main() -> None:
+        conn, peer = _raw()
+        closed: list[int] = []
+        conn.on_close(lambda: closed.append(1))
+        conn.on_request("echo", lambda params, call: params)
+        conn.start()
+        call = asyncio.ensure_future(conn.request("never"))
+        await peer.recv()
+        # The peer sends one last request, then half-closes: the answer still goes out.
+        peer.send(_req(1, "echo", ["last"]))
+        peer.transport.close_write()
+        with pytest.raises(ConnectionClosedError, match="connection closed by peer"):
+            await call
+        assert await peer.recv() == _result(1, ["last"])
+        assert await conn.wait_closed(WAIT)
+        assert conn.is_closed
+        assert closed == [1]
+        await conn.close()
+        assert closed == [1]
+
+    run(main)
+
+
+def test_graceful_close_drains_and_waits_for_handlers() -> None:
+    async def main() -> None:
+        conn, peer = _raw()
+        seen: list[str] = []
+        gate = asyncio.Event()
+
+        async def work(params: Any, call: AsyncInboundCall) -> Any:
+            await asyncio.wait_for(call.cancelled.wait(), WAIT)  # told at once
+            await gate.wait()
+            return "finished"
+
+        async def on_update(params: Any) -> None:
+            await asyncio.sleep(0)
+            seen.append(params)
+
+        conn.on_request("work", work)
+        conn.on_notification("update", on_update)
+        conn.start()
+        peer.send(_req(1, "work"), _note("update", [1]), _note("update", [2]))
+        await yield_loop()
+        closing = asyncio.ensure_future(conn.close(graceful=True, timeout=WAIT))
+        await yield_loop()
+        peer.send(_req(2, "work"))  # refused while closing
+        refused = await peer.recv()
+        assert refused["id"] == 2 and refused["error"]["code"] == -32603
+        gate.set()
+        assert await peer.recv() == _result(1, "finished")
+        await closing
+        assert seen == [[1], [2]]
+
+    run(main)
+
+
+def test_async_with_and_call_later() -> None:
+    async def main() -> None:
+        a_side, b_side = memory_pair()
+        fired = asyncio.Event()
+        async with AsyncConnection(a_side) as a, AsyncConnection(b_side) as b:
+            b.on_request("echo", lambda params, call: params)
+            assert await a.request("echo", [5]) == [5]
+            a.call_later(0.01, fired.set)
+            b.call_later(3600, lambda: None)  # cancelled by close
+            await asyncio.wait_for(fired.wait(), WAIT)
+        assert a.is_closed and b.is_closed
+
+    run(main)
+
+
+# ---------------------------------------------------------------------------- backpressure
+
+
+def test_reader_pauses_while_the_queue_is_full_then_resumes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(aio_connection, "MAX_QUEUED_MESSAGES", 10)
+
+    async def main() -> None:
+        conn, peer = _raw()
+        gate = asyncio.Event()
+        seen: list[int] = []
+
+        async def on_update(params: Any) -> None:
+            await gate.wait()
+            seen.append(params)
+
+        conn.on_notification("update", on_update)
+        conn.on_request("echo", lambda params, call: params)
+        conn.start()
+        peer.send(*(_note("update", [i]) for i in range(30)))
+        await yield_loop()
+        peer.send(_note("update", [30]), _req(1, "echo", ["after"]))
+        await yield_loop()
+        ours = conn._transport
+        assert ours.buffered > 0  # type: ignore[attr-defined]  # the reader stopped reading
+        gate.set()
+        assert await peer.recv() == _result(1, ["after"])
+        assert seen == [[i] for i in range(31)]
+        await conn.close()
+
+    run(main)
+
+
+def test_reader_keeps_reading_while_a_notification_handler_awaits_an_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(aio_connection, "MAX_QUEUED_MESSAGES", 4)
+
+    async def main() -> None:
+        conn, peer = _raw()
+        seen: list[Any] = []
+
+        async def on_update(params: Any) -> None:
+            if params == [0]:
+                seen.append(await conn.request("ask"))
+            seen.append(params)
+
+        conn.on_notification("update", on_update)
+        conn.start()
+        peer.send(*(_note("update", [i]) for i in range(20)))
+        request = await peer.recv()
+        peer.send(_result(request["id"], "answer"))
+        for _ in range(100):
+            if len(seen) == 21:
+                break
+            await yield_loop(1)
+        assert seen == ["answer", *([i] for i in range(20))]
+        await conn.close()
+
+    run(main)
