@@ -1,0 +1,197 @@
+"""AsyncAgent over real processes: our SyncClient drives tests/helpers/aio_agent.py over stdio,
+and each guarantee of the agent side is checked on the wire (DESIGN sections 4, 4b, 5).
+
+Waits are on events with timeouts (WAIT is a bound, never a delay).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import acp
+from acp import schema as S
+
+from .conftest import helper_argv
+
+pytestmark = pytest.mark.timeout(120)
+
+WAIT = 30.0
+
+
+class Driver:
+    """A SyncClient on the async agent script, recording what reaches its handlers in order."""
+
+    def __init__(self, *agent_args: str, permission: str = "allow") -> None:
+        self.events: list[tuple[str, Any]] = []  # ("update", text-or-kind) / ("permission", seen)
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self.permission = permission
+        self.client = (
+            acp.SyncClient.builder()
+            .agent_process(*helper_argv("aio_agent", *agent_args))
+            .session_update_handler(self._update)
+            .request_permission_handler(self._permission)
+            .read_text_file_handler(lambda request, ctx: S.ReadTextFileResponse(content=f"text of {request.path}"))
+            .ext_notification_handler("_test/cancelled", lambda params: self._record("cancelled", params["sessionId"]))
+            .ext_notification_handler("_test/holding", lambda params: self._record("holding", None))
+            .request_timeout(WAIT)
+            .build()
+        )
+        self.client.initialize()
+        self.session = self.client.new_session(cwd="/").session_id
+
+    def _record(self, kind: str, value: Any) -> None:
+        with self._changed:
+            self.events.append((kind, value))
+            self._changed.notify_all()
+
+    def _update(self, notification: S.SessionNotification) -> None:
+        update = notification.update
+        if isinstance(update, S.AgentMessageChunk) and isinstance(update.content, S.TextContent):
+            self._record("update", update.content.text)
+        else:
+            kind = "tool_call" if isinstance(update, S.ToolCall) else "tool_call_update"
+            self._record("update", f"{kind}:{getattr(update, 'status', None)}")
+
+    def _permission(self, request: S.RequestPermissionRequest, ctx: Any) -> S.RequestPermissionResponse:
+        with self._lock:
+            seen = [value for kind, value in self.events if kind == "update"]
+        self._record("permission", seen)
+        option = "allow" if self.permission == "allow" else "reject"
+        return S.RequestPermissionResponse(outcome=S.SelectedPermissionOutcome(option_id=option))
+
+    def texts(self) -> list[Any]:
+        with self._lock:
+            return [value for kind, value in self.events if kind == "update"]
+
+    def wait_for(self, kind: str, value: Any = None) -> None:
+        with self._changed:
+            assert self._changed.wait_for(
+                lambda: any(k == kind and (value is None or v == value) for k, v in self.events), WAIT
+            ), f"no {kind} {value!r} in {self.events}"
+
+    def clear(self) -> None:
+        with self._lock:
+            self.events.clear()
+
+
+@pytest.fixture
+def driver() -> Iterator[Driver]:
+    d = Driver()
+    try:
+        yield d
+    finally:
+        d.client.close()
+
+
+def test_updates_arrive_in_order_before_the_answer(driver: Driver) -> None:
+    response = driver.client.prompt(driver.session, "stream 300")
+    assert response.stop_reason == "end_turn"
+    # Every update was handled before prompt() returned, in the order sent.
+    assert driver.texts() == [f"chunk-{i} of 300" for i in range(300)]
+
+
+def test_a_request_follows_the_updates_sent_before_it(driver: Driver) -> None:
+    assert driver.client.prompt(driver.session, "permission").stop_reason == "end_turn"
+    (seen,) = [value for kind, value in driver.events if kind == "permission"]
+    # The permission request reached the client after "before" and the pending tool call.
+    assert seen == ["before", "tool_call:pending"]
+    assert driver.texts() == ["before", "tool_call:pending", "tool_call_update:completed", "permission: allowed"]
+
+
+def test_one_turn_per_session_and_session_cancel_cancels_the_task(driver: Driver) -> None:
+    with ThreadPoolExecutor(1) as pool:
+        first = pool.submit(driver.client.prompt, driver.session, "wait_for_cancel")
+        driver.wait_for("update", "waiting")
+        with pytest.raises(acp.RequestError) as refused:
+            driver.client.prompt(driver.session, "stream 1")
+        assert refused.value.code == -32600 and refused.value.data == {"sessionId": driver.session}
+        driver.client.cancel(driver.session)
+        assert first.result(WAIT).stop_reason == "cancelled"
+    # The handler's task saw CancelledError (it said so before the answer went out).
+    driver.wait_for("cancelled", driver.session)
+    # The turn is over: the session takes the next prompt.
+    driver.clear()
+    assert driver.client.prompt(driver.session, "stream 2").stop_reason == "end_turn"
+    assert driver.texts() == ["chunk-0 of 2", "chunk-1 of 2"]
+
+
+def test_cancel_request_cancels_the_task(driver: Driver) -> None:
+    # The client's timeout abandons the prompt with $/cancel_request.
+    with pytest.raises(acp.RequestTimeoutError):
+        driver.client.prompt(driver.session, "wait_for_cancel", timeout=1.0)
+    driver.wait_for("cancelled", driver.session)
+    assert driver.client.prompt(driver.session, "stream 1").stop_reason == "end_turn"
+
+
+def test_blocking_handlers_run_off_the_loop(driver: Driver) -> None:
+    where = driver.client.ext_request("_test/where", {})
+    assert where["onLoop"] is False and "handler" in where["thread"]
+    with ThreadPoolExecutor(1) as pool:
+        held = pool.submit(driver.client.ext_request, "_test/hold", {})
+        driver.wait_for("holding")
+        # The loop still serves: an async handler answers while the blocking one waits.
+        assert driver.client.ext_request("_test/release", {}) == {}
+        assert held.result(WAIT) == {"released": True, "cancelled": False}
+
+
+def test_close_cancels_every_running_handler(tmp_path: Path) -> None:
+    report = tmp_path / "report.json"
+    d = Driver("--report", str(report))
+    pool = ThreadPoolExecutor(2)
+    try:
+        turn = pool.submit(d.client.prompt, d.session, "wait_for_cancel")
+        held = pool.submit(d.client.ext_request, "_test/hold", {})
+        d.wait_for("update", "waiting")
+        d.wait_for("holding")
+        process = d.client.process
+        assert process is not None
+    finally:
+        d.client.close()  # end of the agent's input
+    for future in (turn, held):
+        try:
+            future.result(WAIT)
+        except acp.ConnectionClosedError:
+            pass
+    pool.shutdown()
+    assert process.wait(WAIT) == 0
+    state = json.loads(report.read_text())
+    # Both handlers saw the cancellation, and nothing outlived the agent's connection.
+    assert sorted(state["cancelled"]) == sorted([f"prompt:{d.session}", "hold"])
+    assert state["tasks"] == [] and state["threads"] == []
+
+
+def test_bad_input_is_answered_and_the_connection_goes_on() -> None:
+    proc = subprocess.Popen(
+        helper_argv("aio_agent"), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+
+    def exchange(line: bytes) -> dict[str, Any]:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(line + b"\n")
+        proc.stdin.flush()
+        answer: dict[str, Any] = json.loads(proc.stdout.readline())
+        return answer
+
+    try:
+        assert exchange(b"this is not json")["error"]["code"] == -32700
+        assert exchange(b'{"jsonrpc": "2.0", "id": 1, "method": "no/such"}')["error"]["code"] == -32601
+        bad = exchange(b'{"jsonrpc": "2.0", "id": 2, "method": "session/prompt", "params": {"sessionId": 3}}')
+        assert bad["id"] == 2 and bad["error"]["code"] == -32602
+        init = exchange(b'{"jsonrpc": "2.0", "id": 3, "method": "initialize", "params": {"protocolVersion": 1}}')
+        assert init["id"] == 3 and init["result"]["agentInfo"]["name"] == "acp-python-aio-agent"
+    finally:
+        proc.stdin.close()
+        assert proc.wait(WAIT) == 0
+        proc.stdout.close()
+        assert proc.stderr is not None
+        proc.stderr.close()
