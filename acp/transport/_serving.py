@@ -17,9 +17,12 @@ from urllib.parse import urlsplit
 from typing_extensions import Self
 
 if TYPE_CHECKING:
+    from ..aio.transport.base import AsyncTransport
     from .base import Transport
 
 __all__ = [
+    "AsyncConnectionServer",
+    "AsyncServedConnection",
     "Authenticator",
     "BackgroundServer",
     "ConnectionServer",
@@ -54,6 +57,25 @@ class ConnectionServer(Protocol):
     """Something that serves a connection over a transport (``acp.SyncAgent`` is one)."""
 
     def connect(self, transport: Transport) -> ServedConnection: ...
+
+
+class AsyncServedConnection(Protocol):
+    """What the ASGI endpoint needs of one connection served on its event loop
+    (``acp.AsyncAgent``'s connections are such)."""
+
+    async def wait_closed(self, timeout: float | None = None) -> bool: ...
+
+    def cancel_turns(self) -> None: ...
+
+    async def close(self, graceful: bool = False, timeout: float | None = 5.0) -> None: ...
+
+
+class AsyncConnectionServer(Protocol):
+    """Something that serves a connection over an asyncio transport, on the running loop
+    (``acp.AsyncAgent`` is one). ``AcpAsgiApp`` tells it from a :class:`ConnectionServer` by
+    its ``connect_async``."""
+
+    async def connect_async(self, transport: AsyncTransport) -> AsyncServedConnection: ...
 
 
 class RefuseConnection(Exception):

@@ -22,13 +22,14 @@ sent back on every request (the RFD requires it; it is how sticky sessions work)
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import socket
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from http.cookiejar import CookieJar
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Protocol, TypeVar
 
 import httpx
 import msgspec
@@ -112,17 +113,34 @@ class SseParser:
         return out
 
 
-class HttpTransport:
-    """A :class:`~acp.transport.Transport` over Streamable HTTP (see the module docstring).
+ClientT = TypeVar("ClientT", httpx.Client, httpx.AsyncClient)
 
-    Made by :func:`connect_http` (or ``SyncClient.builder().connect("http://...")``).
-    ``connection_id`` is None until ``initialize`` was answered.
+
+class _Flag(Protocol):
+    def set(self) -> None: ...
+
+
+class _Post(NamedTuple):
+    msg: rpc.Message
+    headers: dict[str, str]
+    initialize: bool  # the first POST: no connection yet
+    open_first: str | None  # a session whose stream must be open before this POST
+
+
+class HttpWire(Generic[ClientT]):
+    """What both Streamable HTTP transports (:class:`HttpTransport` here, on threads, and
+    ``acp.aio.transport.http_client``'s, on the event loop) decide without doing I/O: the
+    headers of every request, what each answer means, which stream an event came on.
+
+    A subclass does the I/O over ``client`` (an ``httpx.Client`` or ``httpx.AsyncClient``),
+    sets up its own state in :meth:`_init_io`, gives read() what arrives through :meth:`_put`
+    (``b""`` ends the reads); :meth:`_stop_streams` cuts its event streams.
     """
 
     def __init__(
         self,
         url: str,
-        client: httpx.Client,
+        client: ClientT,
         *,
         request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT,
         stream_timeout: float | None = DEFAULT_STREAM_TIMEOUT,
@@ -131,28 +149,22 @@ class HttpTransport:
         session_streams: bool = False,
     ) -> None:
         self._url = url
-        self._client = client
+        self._client: ClientT = client
         self._post_timeout = httpx.Timeout(request_timeout, connect=open_timeout)
         self._stream_timeout = httpx.Timeout(stream_timeout, connect=open_timeout)
         self._max = max_message_bytes
         self._description = f"http {url}"
         self.connection_id: str | None = None
         """The ``Acp-Connection-Id`` the server gave at ``initialize`` (None before)."""
-        self._inbound: queue.SimpleQueue[bytes] = queue.SimpleQueue()
-        self._eof = False  # read() saw the end
-        self._lock = threading.Lock()
         self._closed = False
         self._write_closed = False
         self._deleted = False
         self._protocol_version: str | None = None  # sent as Acp-Protocol-Version once known
-        self._readers: list[threading.Thread] = []
-        self._sockets: list[socket.socket] = []
         # Session-scoped streams (opt-in, for servers of the RFD's earlier revision).
         self._session_streams = session_streams
         self._opened: set[str] = set()
         self._asked_on: dict[object, str] = {}  # agent request id -> the session stream it came on
-
-    # -- Transport ---------------------------------------------------------------------------
+        self._init_io()
 
     @property
     def description(self) -> str:
@@ -168,6 +180,206 @@ class HttpTransport:
     def cookies(self) -> httpx.Cookies:
         """The cookies kept for this connection."""
         return self._client.cookies
+
+    # -- what the subclass does --------------------------------------------------------------
+
+    def _init_io(self) -> None:
+        """Set up the subclass's own state (called at the end of ``__init__``)."""
+        raise NotImplementedError
+
+    def _put(self, data: bytes) -> None:
+        """Give read() ``data`` (whole lines); ``b""``: the end."""
+        raise NotImplementedError
+
+    def _stop_streams(self) -> None:
+        """Cut the event streams (the server is gone)."""
+        raise NotImplementedError
+
+    # -- POST --------------------------------------------------------------------------------
+
+    def _prepare(self, line: bytes) -> _Post:
+        decoded = rpc.decode_line(line)  # our own encoding: one message, never a batch
+        msg = decoded[0] if isinstance(decoded, list) else decoded
+        initialize = self.connection_id is None
+        headers = {"Content-Type": _JSON, "Accept": _JSON}
+        if not initialize:
+            headers.update(self._connection_headers())
+        session_id: str | None = None
+        if isinstance(msg, (rpc.Request, rpc.Notification)):
+            session_id = session_id_of(msg.params)
+        elif self._session_streams and isinstance(msg, (rpc.Response, rpc.ErrorResponse)):
+            session_id = self._asked_on.pop(msg.id, None)
+        open_first: str | None = None
+        if session_id is not None:
+            headers[SESSION_ID_HEADER] = session_id
+            if self._session_streams and not initialize and session_id not in self._opened:
+                self._opened.add(session_id)
+                open_first = session_id
+        if _log.isEnabledFor(logging.DEBUG):
+            _log.debug("%s > %r", self._description, line[:2000])
+        return _Post(msg, headers, initialize, open_first)
+
+    def _failed(self, exc: httpx.HTTPError, post: _Post) -> ConnectionClosedError:
+        """The error to raise when a POST did not get through."""
+        reason = str(exc) or type(exc).__name__
+        if post.initialize:
+            self._end()
+            return RemoteConnectionError(self._url, reason)
+        self._lost(reason)
+        return ConnectionClosedError(f"{self._description}: {reason}")
+
+    def _answered(self, post: _Post, response: httpx.Response) -> bool:
+        """Act on a POST's answer; True when it made the connection (open its event stream).
+        Raises :class:`RemoteConnectionError` when initialize was refused, and
+        :class:`~acp.errors.ConnectionClosedError` when the server no longer knows the
+        connection."""
+        status = response.status_code
+        if post.initialize:
+            return self._on_initialize_answer(post.msg, response)
+        if status == 404:
+            # The server no longer knows this connection (restarted, or reaped it as idle).
+            self._lost("the server does not know this connection (HTTP 404)")
+            raise ConnectionClosedError(f"{self._description}: connection unknown to the server (HTTP 404)")
+        if 200 <= status < 300:
+            body = response.content
+            if body.strip():  # a server that answers inline: read it like the stream
+                self._put(body if body.endswith(b"\n") else body + b"\n")
+        else:
+            self._refused(post.msg, response)
+        return False
+
+    def _on_initialize_answer(self, msg: rpc.Message, response: httpx.Response) -> bool:
+        status = response.status_code
+        if status != 200:
+            self._end()
+            raise RemoteConnectionError(self._url, _reason(response), status)
+        body = response.content.strip()
+        connection_id = response.headers.get(CONNECTION_ID_HEADER)
+        if not connection_id:
+            if isinstance(msg, rpc.Request) and msg.method == _INITIALIZE and body:
+                # An error answer to initialize: no connection was made. The caller reads it.
+                self._put(body + b"\n")
+                self._end()
+                return False
+            self._end()
+            raise RemoteConnectionError(self._url, f"the answer to {_method(msg)} has no {CONNECTION_ID_HEADER} header", 200)
+        self.connection_id = connection_id
+        self._protocol_version = _negotiated_version(body)
+        self._description = f"http {self._url} ({connection_id})"
+        _log.debug("%s: connected", self._description)
+        if body:
+            self._put(body + b"\n")
+        return True
+
+    def _refused(self, msg: rpc.Message, response: httpx.Response) -> None:
+        reason = _reason(response)
+        _log.warning("%s: %s refused: %s", self._description, _method(msg), reason)
+        body = response.content.strip()
+        if body[:1] == b"{" and response.headers.get("content-type", "").startswith("application/json"):
+            if isinstance(rpc.decode_line(body), rpc.ErrorResponse):
+                # The server answered in JSON-RPC terms (-32700 for a body that is not JSON...):
+                # read that answer like any other.
+                self._put(body + b"\n")
+                return
+        if isinstance(msg, rpc.Request):
+            answer = rpc.Encoder().error(
+                msg.id, INTERNAL_ERROR, f"the server refused {msg.method}: {reason}",
+                {"httpStatus": response.status_code},
+            )
+            self._put(answer)
+
+    def _connection_headers(self) -> dict[str, str]:
+        assert self.connection_id is not None
+        headers = {CONNECTION_ID_HEADER: self.connection_id}
+        if self._protocol_version is not None:
+            headers[PROTOCOL_VERSION_HEADER] = self._protocol_version
+        return headers
+
+    # -- GET (event streams) -----------------------------------------------------------------
+
+    def _stream_headers(self, session_id: str | None) -> dict[str, str]:
+        headers = {"Accept": _SSE, **self._connection_headers()}
+        if session_id is not None:
+            headers[SESSION_ID_HEADER] = session_id
+        return headers
+
+    @contextlib.contextmanager
+    def _streaming(self, session_id: str | None, opened: _Flag) -> Iterator[None]:
+        """Around one event stream's life: its end (or loss) logged, ``opened`` set whatever
+        happens. The end of the connection's stream is the end of the connection; a session
+        stream's is not."""
+        scope = "" if session_id is None else f" of session {session_id}"
+        try:
+            yield
+            _log.debug("%s: the server ended the event stream%s", self._description, scope)
+        except (httpx.HTTPError, OSError, ValueError) as exc:
+            if not self._closed:
+                _log.warning("%s: event stream%s lost: %s", self._description, scope, str(exc) or type(exc).__name__)
+        finally:
+            opened.set()
+            if session_id is None:
+                self._put(_EOF)
+
+    def _stream_refused(self, session_id: str | None, response: httpx.Response) -> None:
+        scope = "" if session_id is None else f" of session {session_id}"
+        _log.error("%s: the event stream%s was refused: %s", self._description, scope, _reason(response))
+
+    def _feed_stream(self, parser: SseParser, chunk: bytes, session_id: str | None) -> None:
+        """Parse what a stream delivered; give read() the events it completed."""
+        events = parser.feed(chunk)
+        if events:
+            if _log.isEnabledFor(logging.DEBUG):
+                for event in events:
+                    _log.debug("%s < %r", self._description, event[:2000])
+            if session_id is not None:
+                self._note_requests(events, session_id)
+            self._put(b"".join(events))
+
+    def _note_requests(self, events: list[bytes], session_id: str) -> None:
+        # The agent's requests that came on a session stream are answered with that session's
+        # Acp-Session-Id (servers that route by session expect it).
+        for event in events:
+            if b'"method"' in event and b'"id"' in event:
+                decoded = rpc.decode_line(event)
+                if isinstance(decoded, rpc.Request):
+                    self._asked_on[decoded.id] = session_id
+
+    # -- the end -----------------------------------------------------------------------------
+
+    def _must_delete(self) -> bool:
+        """True once: when a DELETE is due (the connection exists and was not ended)."""
+        if self._deleted or self.connection_id is None:
+            return False
+        self._deleted = True
+        return True
+
+    def _lost(self, reason: str) -> None:
+        _log.warning("%s: connection lost: %s", self._description, reason)
+        self._deleted = True  # nothing to delete on the server any more
+        self._stop_streams()
+        self._end()
+
+    def _end(self) -> None:
+        self._write_closed = True
+        self._put(_EOF)
+
+
+class HttpTransport(HttpWire[httpx.Client]):
+    """A :class:`~acp.transport.Transport` over Streamable HTTP (see the module docstring).
+
+    Made by :func:`connect_http` (or ``SyncClient.builder().connect("http://...")``) from the
+    endpoint's URL and an ``httpx.Client``. ``connection_id`` is None until ``initialize`` was
+    answered.
+    """
+
+    def _init_io(self) -> None:
+        self._inbound: queue.SimpleQueue[bytes] = queue.SimpleQueue()
+        self._eof = False  # read() saw the end
+        self._lock = threading.Lock()
+        self._readers: list[threading.Thread] = []
+        self._sockets: list[socket.socket] = []
+
+    # -- Transport ---------------------------------------------------------------------------
 
     def read(self) -> bytes:
         """Block until the agent sent something; ``b""`` once the connection ended."""
@@ -239,100 +451,27 @@ class HttpTransport:
 
     # -- internals ---------------------------------------------------------------------------
 
+    def _put(self, data: bytes) -> None:
+        self._inbound.put(data)
+
+    def _stop_streams(self) -> None:
+        self._shutdown_stream()
+
     def _post(self, line: bytes) -> None:
-        decoded = rpc.decode_line(line)  # our own encoding: one message, never a batch
-        msg = decoded[0] if isinstance(decoded, list) else decoded
-        initialize = self.connection_id is None
-        headers = {"Content-Type": _JSON, "Accept": _JSON}
-        if not initialize:
-            headers.update(self._connection_headers())
-        session_id: str | None = None
-        if isinstance(msg, (rpc.Request, rpc.Notification)):
-            session_id = session_id_of(msg.params)
-        elif self._session_streams and isinstance(msg, (rpc.Response, rpc.ErrorResponse)):
-            session_id = self._asked_on.pop(msg.id, None)
-        if session_id is not None:
-            headers[SESSION_ID_HEADER] = session_id
-            if self._session_streams and not initialize and session_id not in self._opened:
-                self._open_stream(session_id)
-        if _log.isEnabledFor(logging.DEBUG):
-            _log.debug("%s > %r", self._description, line[:2000])
+        post = self._prepare(line)
+        if post.open_first is not None:
+            self._open_stream(post.open_first)
         try:
-            response = self._client.post(self._url, content=line, headers=headers, timeout=self._post_timeout)
+            response = self._client.post(self._url, content=line, headers=post.headers, timeout=self._post_timeout)
         except httpx.HTTPError as exc:
-            reason = str(exc) or type(exc).__name__
-            if initialize:
-                self._end()
-                raise RemoteConnectionError(self._url, reason) from exc
-            self._lost(reason)
-            raise ConnectionClosedError(f"{self._description}: {reason}") from exc
-        status = response.status_code
-        if initialize:
-            self._on_initialize_answer(msg, response)
-        elif status == 404:
-            # The server no longer knows this connection (restarted, or reaped it as idle).
-            self._lost("the server does not know this connection (HTTP 404)")
-            raise ConnectionClosedError(f"{self._description}: connection unknown to the server (HTTP 404)")
-        elif 200 <= status < 300:
-            body = response.content
-            if body.strip():  # a server that answers inline: read it like the stream
-                self._inbound.put(body if body.endswith(b"\n") else body + b"\n")
-        else:
-            self._refused(msg, response)
-
-    def _on_initialize_answer(self, msg: rpc.Message, response: httpx.Response) -> None:
-        status = response.status_code
-        if status != 200:
-            self._end()
-            raise RemoteConnectionError(self._url, _reason(response), status)
-        body = response.content.strip()
-        connection_id = response.headers.get(CONNECTION_ID_HEADER)
-        if not connection_id:
-            if isinstance(msg, rpc.Request) and msg.method == _INITIALIZE and body:
-                # An error answer to initialize: no connection was made. The caller reads it.
-                self._inbound.put(body + b"\n")
-                self._inbound.put(_EOF)
-                return
-            self._end()
-            raise RemoteConnectionError(self._url, f"the answer to {_method(msg)} has no {CONNECTION_ID_HEADER} header", 200)
-        self.connection_id = connection_id
-        self._protocol_version = _negotiated_version(body)
-        self._description = f"http {self._url} ({connection_id})"
-        _log.debug("%s: connected", self._description)
-        if body:
-            self._inbound.put(body + b"\n")
-        self._open_stream(None)
-
-    def _refused(self, msg: rpc.Message, response: httpx.Response) -> None:
-        reason = _reason(response)
-        _log.warning("%s: %s refused: %s", self._description, _method(msg), reason)
-        body = response.content.strip()
-        if body[:1] == b"{" and response.headers.get("content-type", "").startswith("application/json"):
-            if isinstance(rpc.decode_line(body), rpc.ErrorResponse):
-                # The server answered in JSON-RPC terms (-32700 for a body that is not JSON...):
-                # read that answer like any other.
-                self._inbound.put(body + b"\n")
-                return
-        if isinstance(msg, rpc.Request):
-            answer = rpc.Encoder().error(
-                msg.id, INTERNAL_ERROR, f"the server refused {msg.method}: {reason}",
-                {"httpStatus": response.status_code},
-            )
-            self._inbound.put(answer)
-
-    def _connection_headers(self) -> dict[str, str]:
-        assert self.connection_id is not None
-        headers = {CONNECTION_ID_HEADER: self.connection_id}
-        if self._protocol_version is not None:
-            headers[PROTOCOL_VERSION_HEADER] = self._protocol_version
-        return headers
+            raise self._failed(exc, post) from exc
+        if self._answered(post, response):
+            self._open_stream(None)
 
     def _open_stream(self, session_id: str | None) -> None:
         """Start the thread of the connection's event stream, or of one session's (then wait
         until the server accepted it, so what the next POST causes is routed to it)."""
         opened = threading.Event()
-        if session_id is not None:
-            self._opened.add(session_id)
         assert self.connection_id is not None
         name = f"acp-http-stream-{self.connection_id[:8]}" + (f"-{session_id[:8]}" if session_id else "")
         reader = threading.Thread(target=self._read_stream, args=(session_id, opened), name=name, daemon=True)
@@ -342,17 +481,14 @@ class HttpTransport:
             opened.wait(self._stream_timeout.connect)
 
     def _read_stream(self, session_id: str | None, opened: threading.Event) -> None:
-        """An event stream's thread: parse events into lines for :meth:`read`. The end of the
-        connection's stream is the end of the connection; a session stream's is not."""
-        headers = {"Accept": _SSE, **self._connection_headers()}
-        if session_id is not None:
-            headers[SESSION_ID_HEADER] = session_id
-        scope = "" if session_id is None else f" of session {session_id}"
+        """An event stream's thread: parse events into lines for :meth:`read`."""
         parser = SseParser(self._max)
-        try:
+        with self._streaming(session_id, opened):
+            headers = self._stream_headers(session_id)
             with self._client.stream("GET", self._url, headers=headers, timeout=self._stream_timeout) as response:
                 if response.status_code != 200:
-                    _log.error("%s: the event stream%s was refused: %s", self._description, scope, _reason(response, read=True))
+                    _read_quietly(response)
+                    self._stream_refused(session_id, response)
                     return
                 stream = response.extensions.get("network_stream")
                 if stream is not None:
@@ -363,54 +499,16 @@ class HttpTransport:
                 if self._closed:
                     return
                 for chunk in response.iter_bytes():
-                    events = parser.feed(chunk)
-                    if events:
-                        if _log.isEnabledFor(logging.DEBUG):
-                            for event in events:
-                                _log.debug("%s < %r", self._description, event[:2000])
-                        if session_id is not None:
-                            self._note_requests(events, session_id)
-                        self._inbound.put(b"".join(events))
-            _log.debug("%s: the server ended the event stream%s", self._description, scope)
-        except (httpx.HTTPError, OSError, ValueError) as exc:
-            if not self._closed:
-                _log.warning("%s: event stream%s lost: %s", self._description, scope, str(exc) or type(exc).__name__)
-        finally:
-            opened.set()
-            if session_id is None:
-                self._inbound.put(_EOF)
-
-    def _note_requests(self, events: list[bytes], session_id: str) -> None:
-        # The agent's requests that came on a session stream are answered with that session's
-        # Acp-Session-Id (servers that route by session expect it).
-        for event in events:
-            if b'"method"' in event and b'"id"' in event:
-                decoded = rpc.decode_line(event)
-                if isinstance(decoded, rpc.Request):
-                    self._asked_on[decoded.id] = session_id
+                    self._feed_stream(parser, chunk, session_id)
 
     def _delete(self) -> None:
         with self._lock:
-            if self._deleted or self.connection_id is None:
+            if not self._must_delete():
                 return
-            self._deleted = True
         try:
             self._client.delete(self._url, headers=self._connection_headers(), timeout=self._post_timeout)
         except httpx.HTTPError as exc:
             _log.debug("%s: DELETE failed: %r", self._description, exc)
-
-    def _lost(self, reason: str) -> None:
-        _log.warning("%s: connection lost: %s", self._description, reason)
-        with self._lock:
-            self._write_closed = True
-            self._deleted = True  # nothing to delete on the server any more
-        self._shutdown_stream()
-        self._inbound.put(_EOF)
-
-    def _end(self) -> None:
-        with self._lock:
-            self._write_closed = True
-        self._inbound.put(_EOF)
 
     def _shutdown_stream(self) -> None:
         for sock in list(self._sockets):
@@ -441,12 +539,15 @@ def _method(msg: rpc.Message) -> str:
     return "an answer"
 
 
-def _reason(response: httpx.Response, read: bool = False) -> str:
-    if read:
-        try:
-            response.read()
-        except httpx.HTTPError:
-            pass
+def _read_quietly(response: httpx.Response) -> None:
+    # A refusal's body, for the log; a stream that breaks meanwhile just has none.
+    try:
+        response.read()
+    except httpx.HTTPError:
+        pass
+
+
+def _reason(response: httpx.Response) -> str:
     reason = f"HTTP {response.status_code} {response.reason_phrase}".rstrip()
     try:
         body = response.content.decode("utf-8", "replace").strip()
@@ -486,17 +587,7 @@ def connect_http(
     RFD's earlier revision, which the official Python and TypeScript SDK servers (0.12 / 2.4)
     still follow (they send a session's traffic only on its own stream).
     """
-    base_headers = {"User-Agent": "acp-sync"}
-    base_headers.update(headers or {})
-    client = httpx.Client(
-        headers=base_headers,
-        cookies=cookies,
-        http1=not (http2 and url.lower().startswith("http:")),
-        http2=http2,
-        verify=verify,
-        timeout=httpx.Timeout(request_timeout, connect=open_timeout),
-        follow_redirects=False,
-    )
+    client = httpx.Client(**client_options(url, headers, cookies, open_timeout, request_timeout, http2, verify))
     try:
         if check:
             _probe(client, url, open_timeout)
@@ -514,6 +605,29 @@ def connect_http(
     )
 
 
+def client_options(
+    url: str,
+    headers: Mapping[str, str] | None,
+    cookies: CookieJar | None,
+    open_timeout: float | None,
+    request_timeout: float | None,
+    http2: bool,
+    verify: bool | str | ssl_module.SSLContext,
+) -> dict[str, Any]:
+    """The keyword arguments of ``httpx.Client`` (or ``httpx.AsyncClient``) for these options."""
+    base_headers = {"User-Agent": "acp-sync"}
+    base_headers.update(headers or {})
+    return {
+        "headers": base_headers,
+        "cookies": cookies,
+        "http1": not (http2 and url.lower().startswith("http:")),
+        "http2": http2,
+        "verify": verify,
+        "timeout": httpx.Timeout(request_timeout, connect=open_timeout),
+        "follow_redirects": False,
+    }
+
+
 def _probe(client: httpx.Client, url: str, timeout: float | None) -> None:
     # A GET without a connection id: an ACP endpoint answers 400 (RFD); a refused credential
     # gives 401/403, a wrong path 404, an overloaded server 503. Cookies it sets are kept.
@@ -521,6 +635,10 @@ def _probe(client: httpx.Client, url: str, timeout: float | None) -> None:
         response = client.get(url, headers={"Accept": _SSE}, timeout=timeout)
     except httpx.HTTPError as exc:
         raise RemoteConnectionError(url, str(exc) or type(exc).__name__) from exc
+    check_probe(url, response)
+
+
+def check_probe(url: str, response: httpx.Response) -> None:
     status = response.status_code
     if status in (401, 403, 404, 407) or status >= 500:
         raise RemoteConnectionError(url, _reason(response), status)

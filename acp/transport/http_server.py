@@ -6,10 +6,15 @@ HTTP/1.1, hypercorn for HTTP/2) or mounted inside an ASGI framework. It needs no
 package; :class:`HttpServer` (or ``SyncAgent.serve_http()``) runs it under uvicorn in a
 background thread (``pip install 'acp-sync[http]'``).
 
-The application only moves bytes: every ACP connection is an ordinary engine connection of the
-agent (``agent.connect(transport)``) whose handlers run on the handler executor, never on the
-event loop. :class:`_LoopTransport` is the bridge: the engine's reader thread blocks on a queue
-the event loop fills, and what the engine writes is handed to the loop, which routes it.
+The application only moves bytes. For a sync server (a :class:`~acp.agent.SyncAgent`) every ACP
+connection is an ordinary engine connection of the agent (``agent.connect(transport)``) whose
+handlers run on the handler executor, never on the event loop: :class:`_LoopTransport` is the
+bridge, the engine's reader thread blocks on a queue the event loop fills, and what the engine
+writes is handed to the loop, which routes it. For an asyncio server (an
+:class:`~acp.transport._serving.AsyncConnectionServer`, told by its ``connect_async``, such as
+``acp.AsyncAgent``) the connection lives on the server's own loop: :class:`_AsgiTransport` takes
+what the application receives straight into its read buffer and routes what the connection
+writes at once, with the same routing code; no thread and no queue per connection.
 
 Routing (RFD):
 
@@ -44,10 +49,11 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, Union, cast
 
 from ..errors import ConnectionClosedError
 from ..rpc import messages as rpc
+from ._inbox import AsyncInbox
 from ._remote import (
     CONNECTION_ID_HEADER,
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -55,6 +61,8 @@ from ._remote import (
     session_id_of,
 )
 from ._serving import (
+    AsyncConnectionServer,
+    AsyncServedConnection,
     Authenticator,
     BackgroundServer,
     ConnectionServer,
@@ -66,6 +74,9 @@ from ._serving import (
     close_connections,
 )
 from .base import READ_CHUNK
+
+if TYPE_CHECKING:
+    from ..aio.transport.base import AsyncTransport
 
 __all__ = ["AcpAsgiApp", "HttpServer"]
 
@@ -215,6 +226,70 @@ class _LoopTransport:
         self._on_end()
 
 
+class _AsgiTransport:
+    """An :class:`~acp.aio.transport.AsyncTransport` whose other end is this application, on
+    the same event loop (for an asyncio server). :meth:`feed` puts what the application
+    received straight into the read buffer; :meth:`write` hands what the connection writes to
+    ``on_output`` (the routing) at once; ``on_end`` runs once the connection closes its side.
+    """
+
+    def __init__(self, description: str, on_output: Callable[[bytes], None], on_end: Callable[[], None]) -> None:
+        self._description = description
+        self._on_output = on_output
+        self._on_end = on_end
+        self._inbox = AsyncInbox()
+        self._write_closed = False
+        self._ended = False
+
+    @property
+    def description(self) -> str:
+        """A short name for logs."""
+        return self._description
+
+    def feed(self, line: bytes) -> None:
+        """Give the connection one received line (``\\n``-terminated)."""
+        self._inbox.put(line)
+
+    def feed_eof(self) -> None:
+        """The peer is gone: the connection reads end of input."""
+        self._inbox.put(_EOF)
+
+    async def read(self) -> bytes:
+        """What was fed (joined, up to 64 KiB); ``b""`` at end of input."""
+        return await self._inbox.read()
+
+    def write(self, data: bytes) -> None:
+        """Route ``data`` now (to the streams waiting for it); never blocks."""
+        if self._write_closed:
+            raise ConnectionClosedError(f"{self._description}: transport is closed")
+        self._on_output(bytes(data))
+
+    async def drain(self) -> None:
+        """Nothing to wait for: what was written is queued on its stream already."""
+
+    def close_write(self) -> None:
+        """No more writes; the streams end (after what was routed)."""
+        if self._write_closed:
+            return
+        self._write_closed = True
+        self._end()
+
+    async def close(self) -> None:
+        """End both directions; a pending :meth:`read` returns ``b""``. Idempotent."""
+        self.feed_eof()
+        self.close_write()
+
+    def _end(self) -> None:
+        if not self._ended:
+            self._ended = True
+            self._on_end()
+
+
+# One ACP connection's pipe and handle, for a sync server or an asyncio one.
+_Transport = Union[_LoopTransport, _AsgiTransport]
+_Handle = Union[ServedConnection, AsyncServedConnection]
+
+
 def _one_line(data: bytes) -> bytes:
     # Raw line breaks can only be whitespace between JSON tokens: read them as spaces, so one
     # message is one line for the engine.
@@ -259,8 +334,8 @@ class _HttpConnection:
         self.app = app
         self.id = connection_id
         self.loop = loop
-        self.transport = _LoopTransport(loop, f"http {connection_id} from {peer}", self._route_output, self._ended)
-        self.handle: ServedConnection | None = None
+        self.transport = app._transport(loop, f"http {connection_id} from {peer}", self._route_output, self._ended)
+        self.handle: _Handle | None = None
         self.main = _EventStream()
         self.session_streams: dict[str, _EventStream] = {}
         self.listening = 0  # session-scoped streams open
@@ -324,7 +399,11 @@ class _HttpConnection:
 class AcpAsgiApp:
     """An ASGI 3 application serving an agent over Streamable HTTP and WebSocket on one path.
 
-    ``server`` is what serves each connection (a :class:`~acp.agent.SyncAgent`). ``path``: the
+    ``server`` is what serves each connection: a :class:`~acp.agent.SyncAgent` (a
+    :class:`~acp.transport._serving.ConnectionServer`: one engine per connection, its handlers
+    on threads), or an asyncio server with ``connect_async`` (an
+    :class:`~acp.transport._serving.AsyncConnectionServer` such as ``acp.AsyncAgent``: its
+    connections live on the ASGI server's own loop, no thread per connection). ``path``: the
     endpoint (``None``: any path). ``origins``: browser origins allowed (None: pages from this
     machine only; requests without ``Origin`` always pass). ``authenticate(headers)`` sees every
     request's headers and returns None to accept or an HTTP status to refuse (see
@@ -334,12 +413,13 @@ class AcpAsgiApp:
     stream and no request (None: forever). ``keepalive``: seconds between SSE keep-alive
     comments. ``websocket``: also accept WebSocket upgrades.
 
-    :meth:`close` (or the ASGI lifespan shutdown) ends every connection gracefully.
+    :meth:`close` (or :meth:`aclose` on the loop, or the ASGI lifespan shutdown) ends every
+    connection gracefully.
     """
 
     def __init__(
         self,
-        server: ConnectionServer,
+        server: ConnectionServer | AsyncConnectionServer,
         *,
         path: str | None = "/acp",
         origins: Iterable[str] | None = None,
@@ -360,6 +440,10 @@ class AcpAsgiApp:
         if not keepalive > 0:
             raise ValueError("keepalive must be positive")
         self._server = server
+        # An asyncio server (AsyncAgent has an async `connect` too: `connect_async` decides).
+        self._async = callable(getattr(server, "connect_async", None))
+        self._loop: asyncio.AbstractEventLoop | None = None  # the ASGI server's, once it runs
+        self._closers: set[asyncio.Task[None]] = set()  # async closes in flight (DELETE, idle)
         self.path = path
         """The endpoint path (None: any)."""
         self._origins = OriginPolicy(origins)
@@ -372,7 +456,7 @@ class AcpAsgiApp:
         self._initialize_timeout = initialize_timeout
         self._accept_websocket = websocket
         self._http: dict[str, _HttpConnection] = {}
-        self._ws: set[ServedConnection] = set()
+        self._ws: set[_Handle] = set()
         self._lock = threading.Lock()  # guards _ws and _closing (close() runs off the loop)
         self._closing = False
         self.started = threading.Event()
@@ -381,8 +465,10 @@ class AcpAsgiApp:
     # -- public ------------------------------------------------------------------------------
 
     @property
-    def connections(self) -> list[ServedConnection]:
-        """The agent connections open over this application (both profiles)."""
+    def connections(self) -> list[Any]:
+        """The agent connections open over this application (both profiles): the server's
+        :class:`~acp.transport._serving.ServedConnection` handles, or for an asyncio server its
+        :class:`~acp.transport._serving.AsyncServedConnection` ones."""
         with self._lock:
             handles = [c.handle for c in list(self._http.values()) if c.handle is not None]
             return handles + list(self._ws)
@@ -392,19 +478,46 @@ class AcpAsgiApp:
 
         With ``cancel=True`` turns in flight are cancelled first, so their prompts are
         answered ``cancelled``; each connection gets up to ``timeout`` seconds to deliver its
-        answers. Call it from any thread but the event loop's (the lifespan shutdown does).
+        answers. Call it from any thread but the event loop's (the lifespan shutdown does); on
+        the loop, ``await`` :meth:`aclose`.
         """
-        with self._lock:
-            if self._closing:
-                return
-            self._closing = True
+        if not self._start_closing():
+            return
         handles = self.connections
         _log.info("closing the ACP endpoint (%d connections)", len(handles))
-        close_connections(handles, timeout, cancel)
+        loop = self._loop
+        if not self._async:
+            close_connections(handles, timeout, cancel)
+        elif handles and loop is not None and not loop.is_closed():
+            if _running_loop() is loop:
+                raise RuntimeError("AcpAsgiApp.close() was called on its event loop: await aclose() there")
+            # The connections live on the loop: close them there, all at once.
+            asyncio.run_coroutine_threadsafe(_close_all_async(handles, timeout, cancel), loop).result()
+
+    async def aclose(self, timeout: float | None = 5.0, *, cancel: bool = True) -> None:
+        """:meth:`close` from the event loop the application runs on. The connections of an
+        asyncio server are closed right there; a sync server's on a worker thread."""
+        if not self._start_closing():
+            return
+        handles = self.connections
+        _log.info("closing the ACP endpoint (%d connections)", len(handles))
+        if self._async:
+            await _close_all_async(handles, timeout, cancel)
+        else:
+            await asyncio.get_running_loop().run_in_executor(None, close_connections, handles, timeout, cancel)
+
+    def _start_closing(self) -> bool:
+        with self._lock:
+            if self._closing:
+                return False
+            self._closing = True
+            return True
 
     # -- ASGI --------------------------------------------------------------------------------
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self._loop is None:  # a server without lifespan events
+            self._loop = asyncio.get_running_loop()
         kind = scope["type"]
         if kind == "http":
             await self._http_request(scope, receive, send)
@@ -417,10 +530,11 @@ class AcpAsgiApp:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
+                self._loop = asyncio.get_running_loop()
                 self.started.set()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
-                await asyncio.get_running_loop().run_in_executor(None, self.close)
+                await self.aclose()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
@@ -528,13 +642,14 @@ class AcpAsgiApp:
         conn.init_id = msg.id
         answer: asyncio.Future[bytes] = loop.create_future()
         conn.init_answer = answer
+        with self._lock:  # counted from now on: connecting may yield to other requests
+            self._http[conn.id] = conn
         try:
-            conn.handle = self._server.connect(conn.transport)
+            conn.handle = await self._connect(conn.transport)
         except RuntimeError:  # the agent was closed
+            self._forget_http(conn)
             await _respond(send, 503, "Service Unavailable: the agent is closed")
             return
-        with self._lock:
-            self._http[conn.id] = conn
         conn.transport.feed(line)
         try:
             body = await asyncio.wait_for(asyncio.shield(answer), self._initialize_timeout)
@@ -647,12 +762,43 @@ class AcpAsgiApp:
         await _respond(send, 202, None)
 
     def _close_later(self, conn: _HttpConnection) -> None:
-        """Close ``conn`` on a thread (closing waits for the engine); its streams end after."""
+        """Close ``conn`` in the background: on a thread for a sync server (closing waits for
+        the engine), in a task for an asyncio one; its streams end after."""
         handle = conn.handle
-        if handle is not None:
-            threading.Thread(
-                target=close_connection, args=(handle, 5.0, True), name=f"acp-http-close-{conn.id[:8]}", daemon=True
-            ).start()
+        if handle is None:
+            return
+        if self._async:
+            closer = asyncio.ensure_future(_close_async(cast(AsyncServedConnection, handle), 5.0, True))
+            self._closers.add(closer)  # held until done (the loop keeps only weak references)
+            closer.add_done_callback(self._closers.discard)
+            return
+        threading.Thread(
+            target=close_connection, args=(handle, 5.0, True), name=f"acp-http-close-{conn.id[:8]}", daemon=True
+        ).start()
+
+    # -- sync or asyncio server --------------------------------------------------------------
+
+    def _transport(
+        self, loop: asyncio.AbstractEventLoop, description: str, on_output: Callable[[bytes], None],
+        on_end: Callable[[], None],
+    ) -> _Transport:
+        """The pipe of one ACP connection: to the engine's threads, or loop-native."""
+        if self._async:
+            return _AsgiTransport(description, on_output, on_end)
+        return _LoopTransport(loop, description, on_output, on_end)
+
+    async def _connect(self, transport: _Transport) -> _Handle:
+        """Serve a new connection over ``transport``; RuntimeError when the server is closed."""
+        if self._async:
+            return await cast(AsyncConnectionServer, self._server).connect_async(cast("AsyncTransport", transport))
+        return cast(ConnectionServer, self._server).connect(cast(_LoopTransport, transport))
+
+    async def _close_handle(self, handle: _Handle, timeout: float | None, cancel: bool) -> None:
+        if self._async:
+            await _close_async(cast(AsyncServedConnection, handle), timeout, cancel)
+        else:
+            sync_handle = cast(ServedConnection, handle)
+            await asyncio.get_running_loop().run_in_executor(None, close_connection, sync_handle, timeout, cancel)
 
     def _arm_idle(self, conn: _HttpConnection) -> None:
         timeout = self._idle_timeout
@@ -699,9 +845,9 @@ class AcpAsgiApp:
                 if line and not line.isspace():
                     out.push(line)
 
-        transport = _LoopTransport(loop, f"websocket {connection_id} from {_peer(scope)}", on_output, out.end)
+        transport = self._transport(loop, f"websocket {connection_id} from {_peer(scope)}", on_output, out.end)
         try:
-            handle = self._server.connect(transport)
+            handle = await self._connect(transport)
         except RuntimeError:
             await _refuse_websocket(scope, send, 503, "Service Unavailable: the agent is closed")
             return
@@ -742,7 +888,7 @@ class AcpAsgiApp:
                 sender.cancel()
             with self._lock:
                 self._ws.discard(handle)
-            await loop.run_in_executor(None, close_connection, handle, 5.0, False)
+            await self._close_handle(handle, 5.0, False)
 
     def _ws_watchdog(
         self,
@@ -785,6 +931,28 @@ class AcpAsgiApp:
                 await out.wakeup.wait()
         except (OSError, RuntimeError):  # the client went away: sends fail or are refused
             return
+
+
+async def _close_async(handle: AsyncServedConnection, timeout: float | None, cancel: bool) -> None:
+    """:func:`~acp.transport._serving.close_connection` for a connection on the loop."""
+    try:
+        if cancel:
+            handle.cancel_turns()
+        await handle.close(graceful=True, timeout=timeout)
+    except Exception:
+        _log.exception("%s: close failed", getattr(handle, "name", "connection"))
+
+
+async def _close_all_async(handles: list[AsyncServedConnection], timeout: float | None, cancel: bool) -> None:
+    """Close every connection at once, so the total time is one ``timeout``."""
+    await asyncio.gather(*(_close_async(handle, timeout, cancel) for handle in handles))
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 async def _read_body(receive: Receive, limit: int) -> bytes | None:

@@ -32,7 +32,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from http.cookiejar import CookieJar
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from websockets.exceptions import ConnectionClosed, InvalidStatus, InvalidURI
 from websockets.protocol import State
@@ -197,7 +197,7 @@ class WebSocketTransport:
             elif lines:
                 self._send_many(lines)
         except ConnectionClosed as exc:
-            raise ConnectionClosedError(f"{self._description}: {_closed_reason(exc)}") from exc
+            raise ConnectionClosedError(f"{self._description}: {closed_reason(exc)}") from exc
         self._last_activity = time.monotonic()
 
     def close_write(self) -> None:
@@ -238,21 +238,11 @@ class WebSocketTransport:
                 send_text(line)
 
     def _take(self, message: str | bytes, parts: list[bytes]) -> int:
-        if type(message) is not str:
-            _log.warning(
-                "%s: ignored a binary frame of %d bytes (ACP messages are text frames)",
-                self._description,
-                len(message),
-            )
+        line = frame_line(message, self._description)
+        if line is None:
             return 0
-        data = message.encode("utf-8")
-        if b"\n" in data or b"\r" in data:
-            data = data.replace(b"\r", b" ").replace(b"\n", b" ")
-        if _log.isEnabledFor(logging.DEBUG):
-            _log.debug("%s < %r", self._description, data[:2000])
-        parts.append(data)
-        parts.append(b"\n")
-        return len(data) + 1
+        parts.append(line)
+        return len(line)
 
     def _recv_timeout(self) -> float | None:
         if self._idle_timeout is None:
@@ -266,7 +256,7 @@ class WebSocketTransport:
     def _on_closed(self, exc: ConnectionClosed) -> None:
         if not self._eof:
             self._eof = True
-            _log.debug("%s: %s", self._description, _closed_reason(exc))
+            _log.debug("%s: %s", self._description, closed_reason(exc))
 
     def _close_ws(self, code: int, reason: str) -> None:
         try:
@@ -278,7 +268,7 @@ class WebSocketTransport:
         return f"<WebSocketTransport {self._description}{' closed' if self.closed else ''}>"
 
 
-def _closed_reason(exc: ConnectionClosed) -> str:
+def closed_reason(exc: ConnectionClosed) -> str:
     rcvd = exc.rcvd
     if rcvd is not None:
         return f"peer closed the WebSocket (code {rcvd.code}{', ' + rcvd.reason if rcvd.reason else ''})"
@@ -286,6 +276,24 @@ def _closed_reason(exc: ConnectionClosed) -> str:
     if sent is not None:
         return f"WebSocket closed (code {sent.code}{', ' + sent.reason if sent.reason else ''})"
     return "WebSocket connection lost (no close frame)"
+
+
+def frame_line(message: str | bytes, description: str) -> bytes | None:
+    """One received message as the ``\\n``-terminated line the engine reads, or None for a
+    binary frame (dropped with a warning). Shared with :mod:`acp.aio.transport.websocket`."""
+    if type(message) is not str:
+        _log.warning(
+            "%s: ignored a binary frame of %d bytes (ACP messages are text frames)",
+            description,
+            len(message),
+        )
+        return None
+    data = message.encode("utf-8")
+    if b"\n" in data or b"\r" in data:
+        data = data.replace(b"\r", b" ").replace(b"\n", b" ")
+    if _log.isEnabledFor(logging.DEBUG):
+        _log.debug("%s < %r", description, data[:2000])
+    return data + b"\n"
 
 
 # ------------------------------------------------------------------------------------ client
@@ -316,44 +324,75 @@ def connect_websocket(
     100 KiB per connection). Keepalive pings every ``ping_interval`` seconds detect a dead peer.
     """
     open_ws: Callable[..., ClientConnection] = _ws_connect  # legacy=True: the connection itself
+    options = connect_options(
+        url, headers, cookies, open_timeout, max_message_bytes, compression, ping_interval, close_timeout, ssl
+    )
+    try:
+        ws = open_ws(url, **options, **_CONNECT_LEGACY)
+    except Exception as exc:
+        raise connect_error(url, exc) from exc
+    connection_id = connected(url, ws.response, cookies)
+    return WebSocketTransport(ws, description=f"websocket {url}", connection_id=connection_id)
+
+
+# The pure pieces of connecting, shared with acp.aio.transport.websocket (same options, same errors).
+
+
+def connect_options(
+    url: str,
+    headers: Mapping[str, str] | Iterable[tuple[str, str]] | None,
+    cookies: CookieJar | None,
+    open_timeout: float | None,
+    max_message_bytes: int,
+    compression: bool,
+    ping_interval: float | None,
+    close_timeout: float | None,
+    ssl: ssl_module.SSLContext | None,
+) -> dict[str, Any]:
+    """The keyword arguments of the library's ``connect`` (sync or asyncio) for these options."""
     if cookies is not None:
         cookie = cookie_header(cookies, url)
         if cookie:
             extra = list(headers.items()) if isinstance(headers, Mapping) else list(headers or ())
             headers = [*extra, ("Cookie", cookie)]
-    try:
-        ws = open_ws(
-            url,
-            additional_headers=headers,
-            open_timeout=open_timeout,
-            max_size=max_message_bytes,
-            compression="deflate" if compression else None,
-            ping_interval=ping_interval,
-            ping_timeout=ping_interval,
-            close_timeout=close_timeout,
-            ssl=ssl,
-            logger=_lib_log,
-            **_CONNECT_LEGACY,
-        )
-    except InvalidURI as exc:
-        raise ValueError(f"invalid WebSocket URL {url!r}: {exc}") from exc
-    except InvalidStatus as exc:
+    return {
+        "additional_headers": headers,
+        "open_timeout": open_timeout,
+        "max_size": max_message_bytes,
+        "compression": "deflate" if compression else None,
+        "ping_interval": ping_interval,
+        "ping_timeout": ping_interval,
+        "close_timeout": close_timeout,
+        "ssl": ssl,
+        "logger": _lib_log,
+    }
+
+
+def connect_error(url: str, exc: Exception) -> Exception:
+    """What a failed opening handshake raises: ``ValueError`` for a malformed URL, else
+    :class:`RemoteConnectionError` (with the HTTP status of a refused upgrade)."""
+    if isinstance(exc, InvalidURI):
+        return ValueError(f"invalid WebSocket URL {url!r}: {exc}")
+    if isinstance(exc, InvalidStatus):
         refusal = exc.response
         body = refusal.body.decode("utf-8", "replace").strip() if refusal.body else ""
         reason = f"HTTP {refusal.status_code} {refusal.reason_phrase}"
         if body:
             reason += f": {body[:200]}"
-        raise RemoteConnectionError(url, reason, refusal.status_code) from exc
-    except (OSError, TimeoutError) as exc:
-        raise RemoteConnectionError(url, str(exc) or type(exc).__name__) from exc
-    except Exception as exc:  # InvalidHandshake, InvalidMessage, proxy errors...
-        raise RemoteConnectionError(url, f"{type(exc).__name__}: {exc}") from exc
-    response = ws.response
+        return RemoteConnectionError(url, reason, refusal.status_code)
+    if isinstance(exc, (OSError, TimeoutError)):
+        return RemoteConnectionError(url, str(exc) or type(exc).__name__)
+    # InvalidHandshake, InvalidMessage, proxy errors...
+    return RemoteConnectionError(url, f"{type(exc).__name__}: {exc}")
+
+
+def connected(url: str, response: Response | None, cookies: CookieJar | None) -> str | None:
+    """After the upgrade: keep the cookies it set; return its ``Acp-Connection-Id``."""
     connection_id = response.headers.get(CONNECTION_ID_HEADER) if response is not None else None
     if cookies is not None and response is not None:
         store_cookies(cookies, url, response.headers.get_all("Set-Cookie"))
     _log.debug("connected to %s (connection id %s)", url, connection_id)
-    return WebSocketTransport(ws, description=f"websocket {url}", connection_id=connection_id)
+    return connection_id
 
 
 # ------------------------------------------------------------------------------------ server
