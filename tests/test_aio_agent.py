@@ -195,3 +195,26 @@ def test_bad_input_is_answered_and_the_connection_goes_on() -> None:
         proc.stdout.close()
         assert proc.stderr is not None
         proc.stderr.close()
+
+
+# ---------------------------------------------------------------- served by the ASGI app
+
+
+@pytest.mark.parametrize("profile", ["ws", "http"])
+def test_asgi_app_serves_an_async_agent_on_the_servers_loop(profile: str, no_thread_leak: None) -> None:
+    from acp.examples.async_echo_agent import build_agent
+    from acp.transport.http_server import HttpServer
+
+    agent = build_agent()
+    updates: list[S.SessionNotification] = []
+    with HttpServer(agent.asgi_app()) as server:
+        url = server.ws_url if profile == "ws" else server.url
+        with acp.SyncClient.builder().connect(url).session_update_handler(updates.append).build() as client:
+            assert client.initialize().agent_info.name == "acp-async-echo-agent"  # type: ignore[union-attr]
+            session = client.new_session(cwd="/").session_id
+            assert client.prompt(session, "over the ASGI loop").stop_reason == "end_turn"
+            assert [u.update.content.text for u in updates] == ["over the ASGI loop"]  # type: ignore[union-attr]
+            with pytest.raises(acp.RequestError) as unknown:
+                client.prompt("no-such-session", "x")
+            assert unknown.value.code == -32002
+    assert agent.connections == []

@@ -214,7 +214,7 @@ class AsyncAgent:
     async def serve_stdio(self) -> None:
         """Serve this process's stdin/stdout until stdin ends: everything received is
         answered, then this returns. Logs go to stderr."""
-        from ..aio.transport import StdioTransport  # type: ignore[attr-defined]
+        from ..aio.transport import StdioTransport
 
         await self.serve(StdioTransport())
 
@@ -266,7 +266,7 @@ class AsyncAgent:
         from ..transport.http_server import AcpAsgiApp
 
         return AcpAsgiApp(
-            self,  # type: ignore[arg-type]
+            self,
             path=path,
             origins=origins,
             authenticate=authenticate,
