@@ -218,3 +218,77 @@ def test_asgi_app_serves_an_async_agent_on_the_servers_loop(profile: str, no_thr
                 client.prompt("no-such-session", "x")
             assert unknown.value.code == -32002
     assert agent.connections == []
+
+
+# ---------------------------------------------------------------- interop: other SDKs' clients
+
+
+def test_typescript_sdk_client_drives_an_async_agent(tmp_path: Path) -> None:
+    from .helpers.interop_node import require_node, run_ts_client, texts
+
+    node = require_node()
+    notes, out = "/virtual/notes.txt", "/virtual/out.txt"
+    config = {
+        "cwd": str(tmp_path),
+        "files": {notes: "alpha \u2713\n"},
+        "steps": [
+            {"prompt": "caps"},
+            {"prompt": "stream 50"},
+            {"prompt": "permission", "permission": "allow"},
+            {"prompt": f"read {notes}"},
+            {"prompt": f"write {out} from asyncio"},
+            {"prompt": "terminal false"},
+            {"prompt": "wait_for_cancel", "cancelAfterUpdates": 1},
+            {"prompt": "permission", "permission": "cancel"},  # cancelled while the request is open
+            {"prompt": "stream 2"},
+        ],
+    }
+    summary, proc = run_ts_client(node, helper_argv("aio_agent"), config)
+    assert proc.returncode == 0 and "error" not in summary, (summary.get("error"), proc.stderr)
+    assert summary["initialize"]["agentInfo"]["name"] == "acp-python-aio-agent"
+    turns = summary["turns"]
+    for turn in turns:  # every update reached the TS client before the prompt's answer
+        assert turn["updatesWhenAnswered"] == len(turn["updates"]) and turn["queued"] == turn["updates"]
+    caps, stream, allow, read, write, terminal, cancelled, withdrawn, after = turns
+    assert json.loads(texts(caps["updates"])[0]) == {"readTextFile": True, "writeTextFile": True, "terminal": True}
+    assert texts(stream["updates"]) == [f"chunk-{i} of 50" for i in range(50)]
+    assert [u["sessionUpdate"] for u in allow["updates"]] == [
+        "agent_message_chunk", "tool_call", "tool_call_update", "agent_message_chunk"
+    ]
+    assert texts(allow["updates"]) == ["before", "permission: allowed"]
+    assert texts(read["updates"]) == ["read: alpha \u2713\n"]
+    assert summary["files"][out] == "from asyncio"
+    assert texts(terminal["updates"]) == ["terminal: exit=1 output="]
+    assert summary["terminals"]["liveAtEnd"] == 0
+    assert texts(cancelled["updates"]) == ["waiting"] and cancelled["stopReason"] == "cancelled"
+    # The permission request was withdrawn ($/cancel_request) when the task was cancelled, its
+    # tool call settled as failed, and the turn answered "cancelled".
+    assert withdrawn["permissionAbortedByAgent"] is True
+    assert withdrawn["updates"][-1]["sessionUpdate"] == "tool_call_update"
+    assert withdrawn["updates"][-1]["status"] == "failed"
+    assert withdrawn["stopReason"] == "cancelled"
+    assert texts(after["updates"]) == ["chunk-0 of 2", "chunk-1 of 2"] and after["stopReason"] == "end_turn"
+    assert summary["agentExit"] == {"code": 0, "signal": None}
+
+
+def test_official_python_sdk_client_drives_an_async_agent() -> None:
+    from .helpers.interop_official import require_official, run_official_client
+
+    python = require_official()
+    config = {
+        "agent": helper_argv("aio_agent"),
+        "files": {"/virtual/notes.txt": "official \u2713"},
+        "permission": "allow",
+        "prompts": ["stream 20", "permission", "read /virtual/notes.txt", "wait", "stream 1"],
+    }
+    summary, proc = run_official_client(python, "stdio", "", config)
+    assert all(step.get("ok") for step in summary["steps"]), (summary["steps"], proc.stderr)
+    assert summary["agent_name"] == "acp-python-aio-agent"
+    stream, permission, read, wait, after = summary["prompts"]
+    assert stream["texts"] == [f"chunk-{i} of 20" for i in range(20)] and stream["stop_reason"] == "end_turn"
+    assert permission["texts"] == ["before", "permission: allowed"]
+    assert summary["permission_requests"][0]["options"] == ["allow", "reject"]
+    assert read["texts"] == ["read: official \u2713"] and summary["reads"] == ["/virtual/notes.txt"]
+    assert wait["texts"] == ["waiting"] and wait["stop_reason"] == "cancelled"
+    assert after["texts"] == ["chunk-0 of 1"] and after["stop_reason"] == "end_turn"
+    assert summary["agent_exit"] == 0

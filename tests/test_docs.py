@@ -504,6 +504,7 @@ _REFERENCED_CLASSES = (
     "SyncAgent", "SyncAgentBuilder", "AgentConnection", "AgentRequestContext", "PromptContext",
     "SyncClient", "SyncClientBuilder", "ClientRequestContext", "LocalFiles", "LocalTerminals",
     "PermissionPolicy", "NegotiatedCapabilities", "Connection", "InboundCall", "RequestError",
+    "AsyncAgent", "AsyncAgentConnection", "AsyncAgentRequestContext", "AsyncPromptContext",
 )
 
 

@@ -9,7 +9,7 @@ The first word of the prompt picks what the turn does (the words of interop_agen
   write PATH TEXT..  fs/write_text_file of TEXT; replies "wrote: <len> chars to PATH"
   terminal CMD ARG.. ctx.execute; replies "terminal: exit=<code> output=<out>"
   caps               replies the client capabilities it negotiated, as JSON
-  wait_for_cancel    replies "waiting", then awaits until its task is cancelled; tells the client
+  wait_for_cancel    (or wait) replies "waiting", then awaits until its task is cancelled; tells the client
                      with the extension notification _test/cancelled {"sessionId"} and re-raises
 
 Extension requests: ``_test/where`` (a blocking handler: its thread, whether it is the loop's),
@@ -77,7 +77,7 @@ async def prompt(request: S.PromptRequest, ctx: acp.AsyncPromptContext) -> str:
             "writeTextFile": caps.supports_write_text_file(),
             "terminal": caps.supports_terminal(),
         }))
-    elif word == "wait_for_cancel":
+    elif word in ("wait_for_cancel", "wait"):
         ctx.send_message("waiting")
         try:
             await asyncio.Event().wait()  # only cancellation ends this
