@@ -8,24 +8,21 @@ turns, gives running handlers ``close_timeout`` seconds to answer, and closes it
 
 from __future__ import annotations
 
-import itertools
 import logging
 import threading
 from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from ..capabilities import NegotiatedCapabilities
 from ..connection import Connection
 from ..transport import StdioTransport, memory_pair
 from ..transport.base import Transport
 from .builder import AgentBuilder, is_async_callable
 from .client_proxy import ClientProxy
-from .context import AgentRequestContext, PromptContext, SessionUpdater
+from .context import AgentRequestContext, PromptContext
 from .dispatch import install
+from .serving import AgentBase, AgentConnectionBase
 from .spec import AgentSpec
-from .state import ConnectionState
-from .turns import TurnRegistry
 
 if TYPE_CHECKING:  # websockets is an optional extra: imported only by serve_websocket
     from ..transport._serving import Authenticator
@@ -50,7 +47,7 @@ class SyncAgentBuilder(AgentBuilder[AgentRequestContext, PromptContext]):
         return SyncAgent(self._spec())
 
 
-class AgentConnection:
+class AgentConnection(AgentConnectionBase):
     """One client connected to a :class:`SyncAgent`: a non-blocking handle.
 
     ``capabilities`` is what this client negotiated; ``client`` makes raw calls into this
@@ -68,12 +65,11 @@ class AgentConnection:
             name=name,
         )
         # Grace periods and prompt deadlines run on the connection's housekeeping thread.
-        turns = TurnRegistry(self.connection.call_later, spec.cancel_grace_period, spec.max_prompt_duration)
-        self._state = ConnectionState(self.connection, turns, spec.unstable)
+        self._init_state(spec, self.connection)
         self._lock = threading.Lock()
         self._closing = False
         self._closer: threading.Thread | None = None
-        self._closed = threading.Event()
+        self._closed: threading.Event = threading.Event()
         install(spec, self._state, self.connection)
         self.connection.on_close(self._on_input_end)
 
@@ -81,38 +77,16 @@ class AgentConnection:
         self.connection.start()
 
     @property
-    def capabilities(self) -> NegotiatedCapabilities:
-        """What was negotiated with this client (nothing before ``initialize``)."""
-        return self._state.capabilities
-
-    @property
-    def initialized(self) -> bool:
-        """True once the client sent ``initialize``."""
-        return self._state.initialized
-
-    @property
     def client(self) -> ClientProxy:
         """Raw typed calls into this client, outside any prompt turn (no cancellation)."""
         return ClientProxy(self._state)
 
-    def session(self, session_id: str) -> SessionUpdater:
-        """Send updates for ``session_id`` to this client outside a prompt turn."""
-        return SessionUpdater(session_id, ClientProxy(self._state))
-
-    @property
-    def is_closed(self) -> bool:
-        """True once the connection is fully closed."""
-        return self._closed.is_set()
+    def _proxy(self) -> ClientProxy:
+        return ClientProxy(self._state)
 
     def wait_closed(self, timeout: float | None = None) -> bool:
         """Block until the connection is closed (client gone, or :meth:`close`)."""
         return self._closed.wait(timeout)
-
-    def cancel_turns(self) -> None:
-        """Cancel every active prompt turn (and any that starts from now on), as if the client
-        had sent ``session/cancel`` for each: handlers wake and answer ``cancelled``. For a
-        server shutting down gracefully."""
-        self._state.turns.cancel_all(closing=True)
 
     def close(self, graceful: bool = False, timeout: float | None = 5.0) -> None:
         """Close this connection; idempotent.
@@ -161,47 +135,19 @@ class AgentConnection:
         self._state.turns.cancel_all(closing=True)
         self.close(graceful=True, timeout=self._spec.close_timeout)
 
-    def __repr__(self) -> str:
-        return f"<AgentConnection {self.name}{' closed' if self.is_closed else ''}>"
 
-
-class SyncAgent:
+class SyncAgent(AgentBase[AgentConnection]):
     """A built agent. Serve it with :meth:`serve_stdio`, :meth:`serve`, :meth:`connect` or
     :meth:`serve_in_process`; ``with agent:`` (or :meth:`close`) closes every connection."""
-
-    _ids = itertools.count(1)
-
-    def __init__(self, spec: AgentSpec) -> None:
-        self._spec = spec
-        self._lock = threading.Lock()
-        self._connections: set[AgentConnection] = set()
-        self._closed = False
 
     @staticmethod
     def builder() -> SyncAgentBuilder:
         """A new builder."""
         return SyncAgentBuilder()
 
-    @property
-    def name(self) -> str:
-        """The name connections and logs use (from ``agent_info``)."""
-        return self._spec.name
-
-    @property
-    def spec(self) -> AgentSpec:
-        """The configuration fixed by ``build()`` (capabilities, handlers, options)."""
-        return self._spec
-
-    @property
-    def connections(self) -> list[AgentConnection]:
-        """The connections currently open."""
-        with self._lock:
-            return list(self._connections)
-
     def connect(self, transport: Transport) -> AgentConnection:
         """Start serving ``transport`` in the background; returns its handle at once."""
-        name = f"{self._spec.name}-{next(self._ids)}"
-        handle = AgentConnection(self, self._spec, transport, name)
+        handle = AgentConnection(self, self._spec, transport, self._next_name())
         with self._lock:
             if self._closed:
                 transport.close()
@@ -240,10 +186,6 @@ class SyncAgent:
             handle._cancel_all()
         for handle in connections:
             handle.close(graceful=False, timeout=timeout)
-
-    def _forget(self, handle: AgentConnection) -> None:
-        with self._lock:
-            self._connections.discard(handle)
 
     def __enter__(self) -> SyncAgent:
         return self

@@ -12,7 +12,6 @@ to answer, and closes itself.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 from collections.abc import Iterable
 from types import TracebackType
@@ -20,14 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 from ..aio.connection import AsyncConnection
 from ..aio.transport import memory_pair
-from ..capabilities import NegotiatedCapabilities
 from . import aio_dispatch
 from .aio_context import AsyncClientProxy
 from .builder import AgentBuilder
-from .context import SessionUpdater
+from .serving import AgentBase, AgentConnectionBase
 from .spec import AgentSpec
-from .state import ConnectionState
-from .turns import TurnRegistry
 
 if TYPE_CHECKING:
     from ..aio.transport import AsyncTransport
@@ -51,7 +47,7 @@ class AsyncAgentBuilder(AgentBuilder[Any, Any]):
         return AsyncAgent(self._spec())
 
 
-class AsyncAgentConnection:
+class AsyncAgentConnection(AgentConnectionBase):
     """One client connected to an :class:`AsyncAgent`.
 
     ``capabilities`` is what this client negotiated; ``client`` makes raw (awaitable) calls
@@ -65,37 +61,19 @@ class AsyncAgentConnection:
         self.connection = AsyncConnection(
             transport, executor=spec.executor, request_timeout=spec.request_timeout, name=name
         )
-        # Grace periods and prompt deadlines are the loop's timers.
-        turns = TurnRegistry(self.connection.call_later, spec.cancel_grace_period, spec.max_prompt_duration)
-        self._state = ConnectionState(self.connection, turns, spec.unstable)
+        self._init_state(spec, self.connection)  # grace periods, deadlines: the loop's timers
         self._closing: asyncio.Task[None] | None = None
-        self._closed = asyncio.Event()
+        self._closed: asyncio.Event = asyncio.Event()
         aio_dispatch.install(spec, self._state, self.connection)
         self.connection.on_close(self._on_input_end)
-
-    @property
-    def capabilities(self) -> NegotiatedCapabilities:
-        """What was negotiated with this client (nothing before ``initialize``)."""
-        return self._state.capabilities
-
-    @property
-    def initialized(self) -> bool:
-        """True once the client sent ``initialize``."""
-        return self._state.initialized
 
     @property
     def client(self) -> AsyncClientProxy:
         """Raw typed calls into this client, outside any prompt turn (``await ...``)."""
         return AsyncClientProxy(self._state)
 
-    def session(self, session_id: str) -> SessionUpdater:
-        """Send updates for ``session_id`` to this client outside a prompt turn."""
-        return SessionUpdater(session_id, AsyncClientProxy(self._state))
-
-    @property
-    def is_closed(self) -> bool:
-        """True once the connection is fully closed."""
-        return self._closed.is_set()
+    def _proxy(self) -> AsyncClientProxy:
+        return AsyncClientProxy(self._state)
 
     async def wait_closed(self, timeout: float | None = None) -> bool:
         """Wait until the connection is closed (client gone, or :meth:`close`); False if
@@ -106,12 +84,6 @@ class AsyncAgentConnection:
             except asyncio.TimeoutError:
                 return False
         return True
-
-    def cancel_turns(self) -> None:
-        """Cancel every active prompt turn (and any that starts from now on), as if the client
-        had sent ``session/cancel`` for each: handler tasks are cancelled and answered
-        ``cancelled``. For a server shutting down gracefully."""
-        self._state.turns.cancel_all(closing=True)
 
     async def close(self, graceful: bool = False, timeout: float | None = 5.0) -> None:
         """Close this connection; idempotent (a second call waits for the first).
@@ -147,11 +119,8 @@ class AsyncAgentConnection:
         self._state.turns.cancel_all(closing=True)
         self._closing = asyncio.ensure_future(self._close(True, self._spec.close_timeout))
 
-    def __repr__(self) -> str:
-        return f"<AsyncAgentConnection {self.name}{' closed' if self.is_closed else ''}>"
 
-
-class AsyncAgent:
+class AsyncAgent(AgentBase[AsyncAgentConnection]):
     """A built agent for an asyncio program. Serve it with ``await`` :meth:`serve_stdio`,
     :meth:`serve`, :meth:`connect` or :meth:`serve_in_process`, or mount :meth:`asgi_app`;
     ``async with agent:`` (or ``await agent.close()``) closes every connection.
@@ -162,40 +131,19 @@ class AsyncAgent:
         asyncio.run(agent.serve_stdio())
     """
 
-    _ids = itertools.count(1)
-
-    def __init__(self, spec: AgentSpec) -> None:
-        self._spec = spec
-        self._connections: set[AsyncAgentConnection] = set()
-        self._closed = False
-
     @staticmethod
     def builder() -> AsyncAgentBuilder:
         """A new builder."""
         return AsyncAgentBuilder()
-
-    @property
-    def name(self) -> str:
-        """The name connections and logs use (from ``agent_info``)."""
-        return self._spec.name
-
-    @property
-    def spec(self) -> AgentSpec:
-        """The configuration fixed by ``build()`` (capabilities, handlers, options)."""
-        return self._spec
-
-    @property
-    def connections(self) -> list[AsyncAgentConnection]:
-        """The connections currently open."""
-        return list(self._connections)
 
     async def connect(self, transport: AsyncTransport) -> AsyncAgentConnection:
         """Start serving ``transport`` on the running loop; returns its handle at once."""
         if self._closed:
             await transport.close()
             raise RuntimeError("this agent is closed")
-        handle = AsyncAgentConnection(self, self._spec, transport, f"{self._spec.name}-{next(self._ids)}")
-        self._connections.add(handle)
+        handle = AsyncAgentConnection(self, self._spec, transport, self._next_name())
+        with self._lock:
+            self._connections.add(handle)
         handle.connection.start()
         return handle
 
@@ -229,13 +177,10 @@ class AsyncAgent:
         """Close every connection (every turn and running handler task is cancelled at once,
         on all of them); no new ones are accepted."""
         self._closed = True
-        connections = list(self._connections)
+        connections = self.connections
         for handle in connections:
             handle.cancel_turns()
         await asyncio.gather(*(handle.close(graceful=False, timeout=timeout) for handle in connections))
-
-    def _forget(self, handle: AsyncAgentConnection) -> None:
-        self._connections.discard(handle)
 
     async def __aenter__(self) -> AsyncAgent:
         return self
