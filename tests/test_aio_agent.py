@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -292,3 +293,22 @@ def test_official_python_sdk_client_drives_an_async_agent() -> None:
     assert wait["texts"] == ["waiting"] and wait["stop_reason"] == "cancelled"
     assert after["texts"] == ["chunk-0 of 1"] and after["stop_reason"] == "end_turn"
     assert summary["agent_exit"] == 0
+
+
+# ---------------------------------------------------------------- conformance (acp check)
+
+
+@pytest.mark.parametrize(
+    "argv, cancel",
+    [
+        ([sys.executable, "-m", "acp.examples.async_echo_agent"], None),
+        (helper_argv("aio_agent"), "wait_for_cancel"),
+    ],
+    ids=["async_echo_agent", "aio_agent"],
+)
+def test_async_agents_conform(argv: list[str], cancel: str | None) -> None:
+    from .test_conformance import check
+
+    done = check(*(["--cancel-prompt", cancel] if cancel else []), "--", *argv)
+    assert "verdict: CONFORMING" in done.stdout, done.stdout + done.stderr
+    assert done.returncode == 0

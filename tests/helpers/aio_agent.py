@@ -30,6 +30,7 @@ from typing import Any
 
 import acp
 from acp import schema as S
+from acp.errors import RESOURCE_NOT_FOUND
 
 try:
     from acp.aio.transport import StdioTransport  # type: ignore[attr-defined]
@@ -39,6 +40,7 @@ except ImportError:  # until the asyncio stdio transport is merged: the tests' p
 HOLD_LIMIT = 30.0  # a bound, not a delay
 
 ids = itertools.count(1)
+sessions: set[str] = set()
 seen_cancelled: list[str] = []
 release = threading.Event()
 loop_thread = threading.get_ident()
@@ -47,10 +49,14 @@ loop_thread = threading.get_ident()
 def new_session(request: S.NewSessionRequest, ctx: acp.AgentRequestContext) -> S.NewSessionResponse:
     # A blocking handler: runs on the executor, with the blocking context.
     assert threading.get_ident() != loop_thread
-    return S.NewSessionResponse(session_id=f"aio-session-{next(ids)}")
+    session_id = f"aio-session-{next(ids)}"
+    sessions.add(session_id)
+    return S.NewSessionResponse(session_id=session_id)
 
 
 async def prompt(request: S.PromptRequest, ctx: acp.AsyncPromptContext) -> str:
+    if request.session_id not in sessions:
+        raise acp.RequestError(RESOURCE_NOT_FOUND, "Unknown session", {"sessionId": request.session_id})
     word, _, rest = ctx.prompt_text.strip().partition(" ")
     args = rest.split()
     if word == "stream":
