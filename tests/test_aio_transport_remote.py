@@ -405,28 +405,36 @@ def test_http_a_connection_the_server_forgot(no_thread_leak: None) -> None:
         run(main())
 
 
-def test_http_cookies_protocol_version_and_session_streams(no_thread_leak: None) -> None:
-    agent, _ = build_agent()
-    app = agent.asgi_app()
-    seen: list[tuple[str, dict[bytes, bytes]]] = []
+class StickyBalancer:
+    """ASGI middleware that acts as a sticky load balancer in front of ``app``: the first
+    answer sets a cookie; every request's method and headers are recorded in ``seen``."""
 
-    async def sticky(scope: Any, receive: Any, send: Any) -> None:
-        # A sticky load balancer: pins the client with a cookie on its first answer.
+    def __init__(self, app: AcpAsgiApp) -> None:
+        self.app = app
+        self.seen: list[tuple[str, dict[bytes, bytes]]] = []
+
+    def __getattr__(self, name: str) -> Any:  # HttpServer reads the app's own attributes
+        return getattr(self.app, name)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            await app(scope, receive, send)
-            return
+            return await self.app(scope, receive, send)
         headers = dict(scope["headers"])
-        seen.append((scope.get("method", "WS"), headers))
+        self.seen.append((scope.get("method", "WS"), headers))
+        pin = [(b"set-cookie", b"backend=b7; Path=/")] if b"cookie" not in headers else []
 
-        async def send_with_cookie(message: Any) -> None:
-            if message["type"] == "http.response.start" and b"cookie" not in headers:
-                message = dict(message, headers=[*message.get("headers", []), (b"set-cookie", b"backend=b7; Path=/")])
+        async def pinned(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                message = dict(message, headers=[*message.get("headers", []), *pin])
             await send(message)
 
-        await app(scope, receive, send_with_cookie)
+        await self.app(scope, receive, pinned)
 
-    for name in ("started", "max_message_bytes", "path", "close", "connections"):
-        setattr(sticky, name, getattr(app, name))
+
+def test_http_cookies_protocol_version_and_session_streams(no_thread_leak: None) -> None:
+    agent, _ = build_agent()
+    sticky = StickyBalancer(agent.asgi_app())
+    seen = sticky.seen
     with agent, HttpServer(sticky, port=0) as server:  # type: ignore[arg-type]
 
         async def main() -> None:
@@ -692,3 +700,40 @@ def test_async_agent_refusals_are_the_sync_ones(no_thread_leak: None) -> None:
                         extra.initialize()
                 assert refused.value.status == 503
     assert agent.opened == 1
+
+
+class GatedEchoAgent(AsyncEchoAgent):
+    """Its first connect_async waits for ``gate`` (set from the test's thread)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+        self.gate = threading.Event()
+
+    async def connect_async(self, transport: Any) -> Any:
+        if not self.entered.is_set():
+            self.entered.set()
+            while not self.gate.is_set():  # a loop-side wait on a thread's event, bounded
+                await asyncio.sleep(0.005)
+        return await super().connect_async(transport)
+
+
+@pytest.mark.parametrize("profile", ["ws", "http"])
+def test_a_connection_being_made_counts_against_max_connections(profile: str, no_thread_leak: None) -> None:
+    agent = GatedEchoAgent()
+    with HttpServer(AcpAsgiApp(agent, max_connections=1)) as server, ThreadPoolExecutor(1) as pool:
+        url = server.ws_url if profile == "ws" else server.url
+
+        def first() -> str | None:
+            with SyncClient.builder().connect(url).build() as client:
+                info = client.initialize().agent_info
+                return info.name if info is not None else None
+
+        opening = pool.submit(first)
+        assert agent.entered.wait(WAIT)  # the first connection is being made, not yet served
+        with pytest.raises(RemoteConnectionError) as refused:
+            with SyncClient.builder().connect(url).build() as second:
+                second.initialize()
+        assert refused.value.status == 503
+        agent.gate.set()
+        assert opening.result(WAIT) == "async-echo"

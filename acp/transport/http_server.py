@@ -41,6 +41,7 @@ Every request is first checked for the path (404), the ``Origin`` (403) and by t
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import queue
 import socket
@@ -457,6 +458,7 @@ class AcpAsgiApp:
         self._accept_websocket = websocket
         self._http: dict[str, _HttpConnection] = {}
         self._ws: set[_Handle] = set()
+        self._ws_opening = 0  # WebSockets accepted whose connection is being made
         self._lock = threading.Lock()  # guards _ws and _closing (close() runs off the loop)
         self._closing = False
         self.started = threading.Event()
@@ -492,7 +494,12 @@ class AcpAsgiApp:
             if _running_loop() is loop:
                 raise RuntimeError("AcpAsgiApp.close() was called on its event loop: await aclose() there")
             # The connections live on the loop: close them there, all at once.
-            asyncio.run_coroutine_threadsafe(_close_all_async(handles, timeout, cancel), loop).result()
+            closing = asyncio.run_coroutine_threadsafe(_close_all_async(handles, timeout, cancel), loop)
+            try:
+                closing.result(None if timeout is None else timeout + 5.0)
+            except concurrent.futures.TimeoutError:  # the loop no longer runs
+                closing.cancel()
+                _log.warning("the event loop did not close the connections in time")
 
     async def aclose(self, timeout: float | None = 5.0, *, cancel: bool = True) -> None:
         """:meth:`close` from the event loop the application runs on. The connections of an
@@ -552,7 +559,7 @@ class AcpAsgiApp:
         with self._lock:
             if self._closing:
                 return "Service Unavailable: the server is closing"
-            if len(self._http) + len(self._ws) >= self._max_connections:
+            if len(self._http) + len(self._ws) + self._ws_opening >= self._max_connections:
                 _log.warning("refused a connection: %d connections open", self._max_connections)
                 return "Service Unavailable: too many connections"
         return None
@@ -846,12 +853,17 @@ class AcpAsgiApp:
                     out.push(line)
 
         transport = self._transport(loop, f"websocket {connection_id} from {_peer(scope)}", on_output, out.end)
+        with self._lock:  # counted from now on: connecting may yield to other requests
+            self._ws_opening += 1
         try:
             handle = await self._connect(transport)
         except RuntimeError:
+            with self._lock:
+                self._ws_opening -= 1
             await _refuse_websocket(scope, send, 503, "Service Unavailable: the agent is closed")
             return
         with self._lock:
+            self._ws_opening -= 1
             self._ws.add(handle)
         await send({"type": "websocket.accept", "headers": [(_CID.encode(), connection_id.encode())]})
         last = [time.monotonic()]
