@@ -14,7 +14,7 @@ __all__ = ["StdioTransport"]
 
 # stdin/stdout exist once per process, so at most one StdioTransport may own them at a time.
 _active_lock = threading.Lock()
-_active: StdioTransport | None = None
+_active: _StdioClaim | None = None
 
 
 class StdioTransport(FdTransport):
@@ -41,44 +41,18 @@ class StdioTransport(FdTransport):
     """
 
     def __init__(self) -> None:
-        global _active
-        with _active_lock:
-            if _active is not None:
-                raise RuntimeError("a StdioTransport is already open in this process")
-            read_fd = os.dup(0)
-            try:
-                write_fd = os.dup(1)
-            except OSError:
-                os.close(read_fd)
-                raise
-            devnull = os.open(os.devnull, os.O_RDWR)
-            try:
-                os.dup2(devnull, 0)
-                try:
-                    os.dup2(2, 1)
-                except OSError:  # no fd 2 (closed): stray output is discarded instead
-                    os.dup2(devnull, 1)
-            finally:
-                os.close(devnull)
-            self._saved_stdout: TextIO | None = sys.stdout
-            sys.stdout = sys.stderr
-            if self._saved_stdout is not None:
-                # Text printed before we started and still buffered now lands on stderr.
-                try:
-                    self._saved_stdout.flush()
-                except (OSError, ValueError):
-                    pass
-            self._half_closed = False
-            # Pipes and sockets go non-blocking: a read or write is then one syscall, with a
-            # poll only when it would block (a blocking fd needs a poll before every call to
-            # stay wakeable by close(), which cost ~12 us per round trip here). Safe: fd 0/1
-            # now point elsewhere, so only our private fds use these descriptions; ttys and
-            # files are left as they are. close() restores the flags.
-            self._made_nonblocking = [fd for fd in (read_fd, write_fd) if _may_go_nonblocking(fd)]
-            for fd in self._made_nonblocking:
-                os.set_blocking(fd, False)
-            super().__init__(read_fd, write_fd, description="stdio")
-            _active = self
+        self._claim = _StdioClaim()
+        read_fd, write_fd = self._claim.read_fd, self._claim.write_fd
+        self._half_closed = False
+        # Pipes and sockets go non-blocking: a read or write is then one syscall, with a
+        # poll only when it would block (a blocking fd needs a poll before every call to
+        # stay wakeable by close(), which cost ~12 us per round trip here). Safe: fd 0/1
+        # now point elsewhere, so only our private fds use these descriptions; ttys and
+        # files are left as they are. close() restores the flags.
+        self._made_nonblocking = [fd for fd in (read_fd, write_fd) if _may_go_nonblocking(fd)]
+        for fd in self._made_nonblocking:
+            os.set_blocking(fd, False)
+        super().__init__(read_fd, write_fd, description="stdio")
 
     def close_write(self) -> None:
         """Half-close: the peer reads EOF; fd 1 stays on stderr from now on (see class doc)."""
@@ -105,12 +79,55 @@ class StdioTransport(FdTransport):
             pass
 
     def _on_close_locked(self) -> None:
-        global _active
         # The private fds are still open here: FdTransport closes them only after this hook.
-        if self._read_fd is not None:
-            os.dup2(self._read_fd, 0)
-        if not self._half_closed and self._write_fd is not None:
-            os.dup2(self._write_fd, 1)
+        self._claim.release(self._read_fd, None if self._half_closed else self._write_fd)
+
+
+class _StdioClaim:
+    """This process's fd 0 / fd 1 taken for the protocol, for either runtime's StdioTransport
+    (see :class:`StdioTransport` for what happens to them): ``read_fd`` / ``write_fd`` are the
+    private duplicates the transport uses; :meth:`release` gives fd 0 / fd 1 back."""
+
+    def __init__(self) -> None:
+        global _active
+        with _active_lock:
+            if _active is not None:
+                raise RuntimeError("a StdioTransport is already open in this process")
+            read_fd = os.dup(0)
+            try:
+                write_fd = os.dup(1)
+            except OSError:
+                os.close(read_fd)
+                raise
+            devnull = os.open(os.devnull, os.O_RDWR)
+            try:
+                os.dup2(devnull, 0)
+                try:
+                    os.dup2(2, 1)
+                except OSError:  # no fd 2 (closed): stray output is discarded instead
+                    os.dup2(devnull, 1)
+            finally:
+                os.close(devnull)
+            self.read_fd = read_fd
+            self.write_fd = write_fd
+            self._saved_stdout: TextIO | None = sys.stdout
+            sys.stdout = sys.stderr
+            if self._saved_stdout is not None:
+                # Text printed before we started and still buffered now lands on stderr.
+                try:
+                    self._saved_stdout.flush()
+                except (OSError, ValueError):
+                    pass
+            _active = self
+
+    def release(self, read_fd: int | None, write_fd: int | None) -> None:
+        """Point fd 0 back at ``read_fd`` and fd 1 at ``write_fd`` (both still open; None:
+        leave that one as it is), restore ``sys.stdout``, let another transport claim them."""
+        global _active
+        if read_fd is not None:
+            os.dup2(read_fd, 0)
+        if write_fd is not None:
+            os.dup2(write_fd, 1)
         if sys.stdout is sys.stderr:
             sys.stdout = self._saved_stdout
         with _active_lock:

@@ -6,12 +6,23 @@ from typing import TYPE_CHECKING, Any
 
 from .base import READ_CHUNK, AsyncTransport
 from .memory import MemoryTransport, memory_pair
+from .process import ProcessTransport
+from .stdio import StdioTransport
 
 if TYPE_CHECKING:
     from .http_client import connect_http
     from .websocket import connect_websocket
 
-__all__ = ["READ_CHUNK", "AsyncTransport", "MemoryTransport", "connect_http", "connect_websocket", "memory_pair"]
+__all__ = [
+    "READ_CHUNK",
+    "AsyncTransport",
+    "MemoryTransport",
+    "ProcessTransport",
+    "StdioTransport",
+    "connect_http",
+    "connect_websocket",
+    "memory_pair",
+]
 
 # The remote transports import their library (websockets, httpx) only when first used.
 _LAZY = {"connect_http": ".http_client", "connect_websocket": ".websocket"}
