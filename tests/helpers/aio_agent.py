@@ -32,11 +32,6 @@ import acp
 from acp import schema as S
 from acp.errors import RESOURCE_NOT_FOUND
 
-try:
-    from acp.aio.transport import StdioTransport  # type: ignore[attr-defined]
-except ImportError:  # until the asyncio stdio transport is merged: the tests' pipe transport
-    StdioTransport = None
-
 HOLD_LIMIT = 30.0  # a bound, not a delay
 
 ids = itertools.count(1)
@@ -131,12 +126,7 @@ agent = (
 async def main() -> None:
     global loop_thread
     loop_thread = threading.get_ident()
-    if StdioTransport is not None:
-        await agent.serve_stdio()
-    else:
-        from aio_pipes import open_stdio
-
-        await agent.serve(await open_stdio())
+    await agent.serve_stdio()
     if "--report" in sys.argv:
         current = asyncio.current_task()
         report = {
