@@ -26,7 +26,7 @@ from .spec import AgentSpec
 
 if TYPE_CHECKING:  # websockets is an optional extra: imported only by serve_websocket
     from ..transport._serving import Authenticator
-    from ..transport.http_server import AcpAsgiApp, HttpServer
+    from ..transport.http_server import HttpServer
     from ..transport.websocket import WebSocketServer
 
 __all__ = ["SyncAgent", "SyncAgentBuilder", "AgentConnection"]
@@ -226,40 +226,6 @@ class SyncAgent(AgentBase[AgentConnection]):
             self,
             host,
             port,
-            path=path,
-            origins=origins,
-            authenticate=authenticate,
-            max_connections=max_connections,
-            max_message_bytes=max_message_bytes,
-            idle_timeout=idle_timeout,
-            **options,
-        )
-
-    def asgi_app(
-        self,
-        *,
-        path: str | None = "/acp",
-        origins: Iterable[str] | None = None,
-        authenticate: Authenticator | None = None,
-        max_connections: int = 1024,
-        max_message_bytes: int = 64 * 1024 * 1024,
-        idle_timeout: float | None = 300.0,
-        **options: Any,
-    ) -> AcpAsgiApp:
-        """An ASGI application serving this agent over Streamable HTTP and WebSocket on
-        ``path``: run it under any ASGI server (uvicorn, hypercorn for HTTP/2) or mount it in
-        an ASGI framework. Each ACP connection is one connection of this agent (see
-        :meth:`connect`); handlers run on the handler executor, never on the event loop.
-
-        ``idle_timeout``: a connection with no open event stream and no request for that many
-        seconds is closed. The other options are those of :meth:`serve_websocket`, plus
-        ``keepalive``, ``initialize_timeout`` and ``websocket`` (see
-        :class:`acp.transport.http_server.AcpAsgiApp`). Needs no extra package.
-        """
-        from ..transport.http_server import AcpAsgiApp
-
-        return AcpAsgiApp(
-            self,
             path=path,
             origins=origins,
             authenticate=authenticate,

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -27,8 +26,6 @@ from .spec import AgentSpec
 
 if TYPE_CHECKING:
     from ..aio.transport import AsyncTransport
-    from ..transport._serving import Authenticator
-    from ..transport.http_server import AcpAsgiApp
 
 __all__ = ["AsyncAgent", "AsyncAgentBuilder", "AsyncAgentConnection"]
 
@@ -192,31 +189,3 @@ class AsyncAgent(AgentBase[AsyncAgentConnection]):
         tb: TracebackType | None,
     ) -> None:
         await self.close()
-
-    def asgi_app(
-        self,
-        *,
-        path: str | None = "/acp",
-        origins: Iterable[str] | None = None,
-        authenticate: Authenticator | None = None,
-        max_connections: int = 1024,
-        max_message_bytes: int = 64 * 1024 * 1024,
-        idle_timeout: float | None = 300.0,
-        **options: Any,
-    ) -> AcpAsgiApp:
-        """An ASGI application serving this agent over Streamable HTTP and WebSocket on
-        ``path``, on the ASGI server's own event loop (each ACP connection is one connection of
-        this agent, see :meth:`connect`; no thread per connection). The options are those of
-        :meth:`SyncAgent.asgi_app`."""
-        from ..transport.http_server import AcpAsgiApp
-
-        return AcpAsgiApp(
-            self,
-            path=path,
-            origins=origins,
-            authenticate=authenticate,
-            max_connections=max_connections,
-            max_message_bytes=max_message_bytes,
-            idle_timeout=idle_timeout,
-            **options,
-        )

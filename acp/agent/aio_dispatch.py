@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from .. import schema
-from ..errors import RequestCancelledError
+from ..errors import ConnectionClosedError, RequestCancelledError
 from . import handling as h
 from .aio_context import AsyncAgentRequestContext, AsyncPromptContext
 from .builder import is_async_callable
@@ -91,7 +91,11 @@ class LoopBridge:
                 forget()
 
     def _submit(self, coro: Awaitable[Any]) -> concurrent.futures.Future[Any]:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop)  # type: ignore[arg-type]
+        try:
+            return asyncio.run_coroutine_threadsafe(coro, self._loop)  # type: ignore[arg-type]
+        except RuntimeError:  # the loop is gone: a handler thread that outlived its connection
+            coro.close()  # type: ignore[attr-defined]
+            raise ConnectionClosedError("connection closed") from None
 
     async def _notify(self, method: str, params: Any) -> None:
         self._connection.notify(method, params)

@@ -187,8 +187,10 @@ class AgentBuilder(Generic[C, P]):
         return self
 
     def cancel_handler(self, fn: Callable[[schema.CancelNotification], MaybeAwaitable[None]]) -> Self:
-        """An optional hook called on ``session/cancel`` after the SDK cancelled the turn. It
-        runs on the connection's reader thread: keep it short and non-blocking."""
+        """An optional hook called on ``session/cancel`` after the SDK cancelled the turn. On a
+        SyncAgent it runs on the connection's reader thread: keep it short and non-blocking (on
+        an AsyncAgent an ``async def`` hook runs as a task of its own, a plain one on the
+        executor)."""
         return self._register("cancel", fn)
 
     # ---------------------------------------------------------------- extensions

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import itertools
 import threading
-from typing import Any, Generic, TypeVar
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from ..capabilities import NegotiatedCapabilities
 from .client_calls import ClientCalls
@@ -15,6 +16,10 @@ from .context import SessionUpdater
 from .spec import AgentSpec
 from .state import ConnectionState, Runtime
 from .turns import TurnRegistry
+
+if TYPE_CHECKING:
+    from ..transport._serving import Authenticator
+    from ..transport.http_server import AcpAsgiApp
 
 __all__ = ["AgentBase", "AgentConnectionBase"]
 
@@ -99,3 +104,38 @@ class AgentBase(Generic[H]):
     def _forget(self, handle: H) -> None:
         with self._lock:
             self._connections.discard(handle)
+
+    def asgi_app(
+        self,
+        *,
+        path: str | None = "/acp",
+        origins: Iterable[str] | None = None,
+        authenticate: Authenticator | None = None,
+        max_connections: int = 1024,
+        max_message_bytes: int = 64 * 1024 * 1024,
+        idle_timeout: float | None = 300.0,
+        **options: Any,
+    ) -> AcpAsgiApp:
+        """An ASGI application serving this agent over Streamable HTTP and WebSocket on
+        ``path``: run it under any ASGI server (uvicorn, hypercorn for HTTP/2) or mount it in
+        an ASGI framework. Each ACP connection is one connection of this agent (see
+        ``connect``). A SyncAgent's handlers run on the handler executor, never on the event
+        loop; an AsyncAgent's connections live on the server's loop (no thread per connection).
+
+        ``idle_timeout``: a connection with no open event stream and no request for that many
+        seconds is closed. The other options are those of ``SyncAgent.serve_websocket``, plus
+        ``keepalive``, ``initialize_timeout`` and ``websocket`` (see
+        :class:`acp.transport.http_server.AcpAsgiApp`). Needs no extra package.
+        """
+        from ..transport.http_server import AcpAsgiApp
+
+        return AcpAsgiApp(
+            cast(Any, self),  # a ConnectionServer (SyncAgent) or an AsyncConnectionServer (AsyncAgent)
+            path=path,
+            origins=origins,
+            authenticate=authenticate,
+            max_connections=max_connections,
+            max_message_bytes=max_message_bytes,
+            idle_timeout=idle_timeout,
+            **options,
+        )
