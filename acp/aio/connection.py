@@ -46,6 +46,7 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from typing import Any, TypeVar
 
+import msgspec
 from typing_extensions import ParamSpec
 
 from .. import rpc
@@ -56,7 +57,6 @@ from ..errors import (
     RequestError,
     RequestTimeoutError,
 )
-from ..executor import HandlerPool
 from .transport.base import AsyncTransport
 
 __all__ = [
@@ -178,6 +178,8 @@ class AsyncInboundCall(rpc.InboundRequest):
         task = self.task
         if task is not None and not task.done() and task is not asyncio.current_task():
             task.cancel()
+            # Cancelled before its first step, its coroutine never runs to remove it.
+            task.add_done_callback(self.connection._tasks.discard)
 
     def _set_cancelled(self) -> None:
         if self._is_cancelled:
@@ -250,7 +252,7 @@ class AsyncConnection:
             self._close_callbacks.append(tap.close)
         self._wire_tap: WireTap | None = wire_tap
         self._executor = executor
-        self._own_executor: HandlerPool | None = None
+        self._own_executor: Any = None  # the HandlerPool created on first use
         self._loop: asyncio.AbstractEventLoop | None = None
 
         # Inbound messages waiting for the dispatcher, in arrival order; the dispatcher removes
@@ -259,8 +261,11 @@ class AsyncConnection:
         self._max_queued = MAX_QUEUED_MESSAGES
         # The Future the idle dispatcher sleeps on (None while it works).
         self._wake: asyncio.Future[None] | None = None
-        # Backpressure: the Future the held reader sleeps on.
+        # Backpressure: the reader is held (and, reading with read(), the Future it sleeps on).
+        self._reader_held = False
         self._held: asyncio.Future[None] | None = None
+        # Set when the transport pushes what it reads (set_receiver): no reader task then.
+        self._pushed = False
         # A notification handler awaits an answer: the reader must not be held.
         self._dispatcher_asked = False
 
@@ -273,6 +278,11 @@ class AsyncConnection:
         # Request handler tasks still running.
         self._tasks: set[asyncio.Task[Any]] = set()
         self._timers: set[Timer] = set()
+        # Request timeouts, by duration: the calls of one duration expire in the order they
+        # were made, so each duration needs one loop timer (for its oldest call), not one per
+        # call. id -> (deadline, pending), in insertion (= deadline) order.
+        self._timeouts: dict[float, dict[int, tuple[float, rpc.Pending]]] = {}
+        self._sweeps: dict[float, asyncio.TimerHandle] = {}
 
         self._started = False
         self._closed = False
@@ -280,6 +290,7 @@ class AsyncConnection:
         self._drained: asyncio.Future[None] | None = None
         self._drain_done: asyncio.Future[None] | None = None
         self._close_done: asyncio.Future[None] | None = None
+        self._transport_closing = False
 
     def _make_call(self, call_id: rpc.RequestId, method: str) -> AsyncInboundCall:
         return AsyncInboundCall(self, call_id, method)
@@ -340,13 +351,25 @@ class AsyncConnection:
         if executor is None:
             if self._closed:
                 raise ConnectionClosedError("connection closed")
+            from ..executor import HandlerPool  # imported late: threads only when asked for
+
             executor = self._executor = self._own_executor = HandlerPool(thread_name_prefix=f"{self.name}-handler")
         return executor
 
     async def run_blocking(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run the blocking ``fn(*args)`` on :attr:`executor` and await its result."""
+        """Run the blocking ``fn(*args)`` on :attr:`executor` and await its result.
+
+        Cancelling the awaiting task does not stop ``fn`` (a thread cannot be interrupted):
+        its result is then dropped."""
         loop = self._loop or asyncio.get_running_loop()
-        return await loop.run_in_executor(self.executor, fn, *args)
+        executor = self.executor
+        if executor is self._own_executor:
+            # The SDK's pool runs work without a concurrent Future (run_in_executor would
+            # chain one to the loop's): one loop Future, completed from the pool thread.
+            waiter: asyncio.Future[T] = loop.create_future()
+            executor.execute(_run_and_report, loop, waiter, fn, args)
+            return await waiter
+        return await loop.run_in_executor(executor, fn, *args)
 
     def blocking(self, fn: Callable[P, T]) -> Callable[P, Awaitable[T]]:
         """Wrap a blocking function as an async callable that runs it on :attr:`executor`:
@@ -355,10 +378,9 @@ class AsyncConnection:
 
         @functools.wraps(fn)
         async def run(*args: P.args, **kwargs: P.kwargs) -> T:
-            loop = self._loop or asyncio.get_running_loop()
             if kwargs:
-                return await loop.run_in_executor(self.executor, functools.partial(fn, *args, **kwargs))
-            return await loop.run_in_executor(self.executor, fn, *args)
+                return await self.run_blocking(functools.partial(fn, *args, **kwargs))
+            return await self.run_blocking(fn, *args)
 
         return run
 
@@ -373,7 +395,14 @@ class AsyncConnection:
         self._drained = loop.create_future()
         self._drain_done = loop.create_future()
         self._dispatcher = loop.create_task(self._dispatch_loop(), name=f"{self.name}-dispatcher")
-        self._reader = loop.create_task(self._read_loop(), name=f"{self.name}-reader")
+        set_receiver = getattr(self._transport, "set_receiver", None)
+        if set_receiver is not None:
+            # The transport calls us with each chunk (ReceivingTransport): one loop callback
+            # per read instead of waking a reader task.
+            self._pushed = True
+            set_receiver(self._data_received)
+        else:
+            self._reader = loop.create_task(self._read_loop(), name=f"{self.name}-reader")
         return self
 
     @property
@@ -411,15 +440,25 @@ class AsyncConnection:
         the answers they wait for. Either way close waits about ``timeout`` at most, in all.
         """
         if self._close_done is not None:
-            if not self._close_done.done() and self._close_done is not asyncio.current_task():
+            if not self._close_done.done():
                 await asyncio.wait((self._close_done,), timeout=timeout)
             return
         loop = self._loop = self._loop or asyncio.get_running_loop()
-        self._close_done = loop.create_future()
+        done = self._close_done = loop.create_future()
         try:
             await self._close(loop, graceful, timeout)
+        except asyncio.CancelledError:
+            # Cancelled mid-way (e.g. asyncio.run cancelling the task that closes): close
+            # anyway, without waiting (the transport's close goes on in the background).
+            self._shut_down()
+            if not self._transport_closing:
+                self._transport_closing = True
+                loop.create_task(self._close_transport())
+            self._finish_close()
+            raise
         finally:
-            self._close_done.set_result(None)
+            if not done.done():
+                done.set_result(None)
 
     async def _close(self, loop: asyncio.AbstractEventLoop, graceful: bool, timeout: float | None) -> None:
         deadline = None if timeout is None else loop.time() + timeout
@@ -438,36 +477,15 @@ class AsyncConnection:
                 if not done.done():
                     await asyncio.wait((done,), timeout=_remaining(loop, deadline))
             await self._wait_tasks(deadline)
-        self._closed = True
-        inbound, pending = ep.close()
-        for call in inbound:
-            assert isinstance(call, AsyncInboundCall)
-            call._set_cancelled()
-        self._flush()
-        error = ep.closed_error()
-        for record in pending:
-            self._fail(record, error)
-        for timer in list(self._timers):
-            timer.cancel()
-        if self._held is not None and not self._held.done():
-            self._held.set_result(None)
-        tasks = [t for t in self._tasks if t is not current and not t.done()]
-        for task in (self._reader, self._dispatcher):
-            if task is not None and task is not current and not task.done():
-                tasks.append(task)
-        for task in tasks:
-            task.cancel()
-        try:
-            await self._transport.close()
-        except Exception:
-            _log.exception("%s: closing the transport failed", self.name)
+        tasks = self._shut_down()
+        self._transport_closing = True
+        await self._close_transport()
         if tasks:
             # A little past the deadline, so tasks that are merely finishing are still awaited.
             wait = _remaining(loop, deadline)
             await asyncio.wait(tasks, timeout=None if wait is None else max(wait, 0.1))
             if any(not t.done() for t in tasks):
                 _log.warning("%s: a handler task is still running after close", self.name)
-        self._queue.clear()
         pool = self._own_executor
         if pool is not None:
             pool.shutdown(wait=False)
@@ -478,6 +496,48 @@ class AsyncConnection:
                     _log.warning("%s: a blocking handler is still running after close", self.name)
                     break
                 await asyncio.sleep(0.005)
+        self._finish_close()
+
+    def _shut_down(self) -> list[asyncio.Task[Any]]:
+        """The part of close that does not wait: mark closed, fail pending calls, cancel
+        timers and tasks (all but the current one). Returns the tasks cancelled. Idempotent."""
+        current = asyncio.current_task()
+        if not self._closed:
+            self._closed = True
+            inbound, pending = self._endpoint.close()
+            for call in inbound:
+                assert isinstance(call, AsyncInboundCall)
+                call._set_cancelled()
+            self._flush()
+            error = self._endpoint.closed_error()
+            for record in pending:
+                self._fail(record, error)
+        for timer in list(self._timers):
+            timer.cancel()
+        for sweep in self._sweeps.values():
+            sweep.cancel()
+        self._sweeps.clear()
+        self._timeouts.clear()
+        self._release_reader()
+        tasks = [t for t in self._tasks if t is not current and not t.done()]
+        for task in (self._reader, self._dispatcher):
+            if task is not None and task is not current and not task.done():
+                tasks.append(task)
+        for task in tasks:
+            task.cancel()
+        self._queue.clear()
+        return tasks
+
+    async def _close_transport(self) -> None:
+        try:
+            await self._transport.close()
+        except Exception:
+            _log.exception("%s: closing the transport failed", self.name)
+
+    def _finish_close(self) -> None:
+        self._tasks.clear()
+        if self._own_executor is not None:
+            self._own_executor.shutdown(wait=False)
         for fut in (self._drained, self._drain_done):
             if fut is not None and not fut.done():
                 fut.set_result(None)
@@ -532,27 +592,35 @@ class AsyncConnection:
         if serial:
             # A notification handler waits for this answer: the reader must keep reading.
             self._dispatcher_asked = True
-            held = self._held
-            if held is not None and not held.done():
-                held.set_result(None)
+            if self._reader_held:
+                self._release_reader()
         line = ep.request_line(pending, params)
-        try:
-            self._write(line)
-        except BaseException:
-            ep.abandon(pending.id)
-            raise
         if timeout is _USE_DEFAULT:
             timeout = self.request_timeout
-        timer = loop.call_later(timeout, self._expire, pending) if timeout is not None else None
+        deadlines = None
         try:
+            self._write(line)
+            if timeout is not None:
+                deadlines = self._timeouts.get(timeout)
+                if deadlines is None:
+                    deadlines = self._timeouts[timeout] = {}
+                deadline = loop.time() + timeout
+                deadlines[pending.id] = (deadline, pending)
+                if timeout not in self._sweeps:
+                    self._sweeps[timeout] = loop.call_at(deadline, self._sweep, timeout)
+            # Flow control: a caller sending faster than the peer reads waits here.
+            await self._transport.drain()
             msg = await waiter
         except asyncio.CancelledError:
             if ep.abandon(pending.id) is not None:
                 self._send_cancel(pending.id)
             raise
+        except BaseException:
+            ep.abandon(pending.id)  # the write failed: nothing left pending
+            raise
         finally:
-            if timer is not None:
-                timer.cancel()
+            if deadlines is not None:
+                deadlines.pop(pending.id, None)
         if type(msg) is _Response:
             return ep.decode_result(pending, msg.result)
         raise ep.response_error(msg)
@@ -573,6 +641,14 @@ class AsyncConnection:
             loop.call_soon(self._flush)
         elif self._wbuf_size >= _FLUSH_BYTES:
             self._flush()
+
+    async def drain(self) -> None:
+        """Write the batched notifications now and wait until the transport's write buffer is
+        below its high-water mark (e.g. every so often while streaming many updates).
+        ConnectionClosedError if the pipe closed with data still unwritten. (An addition to
+        the threaded Connection's API, for async streaming.)"""
+        self._flush()
+        await self._transport.drain()
 
     def cancel_request(self, msg_id: int) -> None:
         """Abandon an outbound request: the peer gets ``$/cancel_request``, the caller
@@ -602,6 +678,29 @@ class AsyncConnection:
             callback()
         except Exception:
             _log.exception("%s: a timer callback failed", self.name)
+
+    def _sweep(self, timeout: float) -> None:
+        """Expire the calls of duration ``timeout`` whose deadline passed (oldest first), then
+        wait for the next one."""
+        del self._sweeps[timeout]
+        deadlines = self._timeouts.get(timeout)
+        if not deadlines:
+            self._timeouts.pop(timeout, None)
+            return
+        loop = self._loop
+        assert loop is not None
+        now = loop.time()
+        expired = []
+        for deadline, pending in deadlines.values():
+            if deadline > now:
+                self._sweeps[timeout] = loop.call_at(deadline, self._sweep, timeout)
+                break
+            expired.append(pending)
+        for pending in expired:
+            del deadlines[pending.id]
+            self._expire(pending)
+        if not deadlines:
+            del self._timeouts[timeout]
 
     def _expire(self, pending: rpc.Pending) -> None:
         if self._endpoint.abandon(pending.id) is not None:
@@ -703,10 +802,44 @@ class AsyncConnection:
         loop = self._loop
         assert loop is not None
         held = self._held = loop.create_future()
+        self._reader_held = True
         try:
             await held
         finally:
             self._held = None
+            self._reader_held = False
+
+    def _release_reader(self) -> None:
+        if self._pushed:
+            if self._reader_held:
+                self._reader_held = False
+                try:
+                    self._transport.resume_reading()  # type: ignore[attr-defined]
+                except Exception:
+                    _log.debug("%s: resume_reading failed", self.name, exc_info=True)
+            return
+        held = self._held
+        if held is not None and not held.done():
+            held.set_result(None)
+
+    def _data_received(self, data: bytes) -> None:
+        """What a ReceivingTransport read (b"": end of stream), pushed on the loop."""
+        if self._closed or self._endpoint.eof:
+            return
+        try:
+            if data:
+                lines = self._framer.feed(data)
+                if lines:
+                    self._on_lines(lines)
+                if len(self._queue) >= self._max_queued and not self._dispatcher_asked and not self._reader_held:
+                    self._reader_held = True
+                    self._transport.pause_reading()  # type: ignore[attr-defined]
+                return
+            self._on_lines(self._framer.end())
+        except Exception:
+            _log.exception("%s: reader failed", self.name)
+        if not self._closed and not self._endpoint.eof:
+            self._on_eof()
 
     def _on_lines(self, lines: list[bytes | rpc.LineTooLong]) -> None:
         """Route the lines of one read."""
@@ -726,7 +859,22 @@ class AsyncConnection:
             if cls is _Notification:
                 # Inlined: notifications are the bulk of a stream.
                 handler = handlers.get(msg.method)  # type: ignore[union-attr]
-                if handler is not None and handler.immediate:
+                if handler is not None and handler.notification and not handler.immediate and not queue:
+                    # Nothing queued ahead: call the handler here; an awaitable it returns
+                    # goes to the head of the queue, awaited before anything read after it.
+                    try:
+                        params = handler.decode(msg.params)  # type: ignore[union-attr]
+                    except (msgspec.DecodeError, RecursionError) as exc:  # ValidationError, bad UTF-8...
+                        _log.warning("%s: %s notification with invalid params: %s", self.name, msg.method, exc)  # type: ignore[union-attr]
+                        continue
+                    try:
+                        result = handler.fn(params)
+                    except Exception:
+                        _log.exception("%s: %s notification handler failed", self.name, msg.method)  # type: ignore[union-attr]
+                        continue
+                    if result is not None and inspect.isawaitable(result):
+                        queue.append((result, msg.method))  # type: ignore[union-attr]
+                elif handler is not None and handler.immediate:
                     self._run_immediate(msg)  # type: ignore[arg-type]
                 elif msg.method == rpc.CANCEL_REQUEST:  # type: ignore[union-attr]
                     self._on_cancel_request(msg)  # type: ignore[arg-type]
@@ -876,7 +1024,12 @@ class AsyncConnection:
                 self._write_answer(line)
             return
         if result is not None and inspect.isawaitable(result):
-            call.task = self._spawn(self._run_request(call, result))
+            loop = self._loop
+            assert loop is not None
+            # No done callback (one more loop callback per request): _run_request removes
+            # its task itself; a task cancelled before its first step is removed by cancel().
+            task = call.task = loop.create_task(self._run_request(call, result))
+            self._tasks.add(task)
             return
         line = ep.answer(call, result)
         if line is not None:
@@ -892,9 +1045,15 @@ class AsyncConnection:
 
     async def _run_request(self, call: AsyncInboundCall, awaitable: Awaitable[Any]) -> None:
         ep = self._endpoint
+        if _serial.get():
+            # The task copied a context marked by a notification handler (a loop callback
+            # scheduled from one, e.g. an in-process peer's write): a request handler's own
+            # calls must wait their turn like any other.
+            _serial.set(False)
         try:
             result = await awaitable
         except asyncio.CancelledError:
+            self._tasks.discard(call.task)
             # Cancelled by $/cancel_request, call.cancel() or close: answered already, or the
             # canceller answers. Cancelled by anyone else: the peer must still get an answer.
             if not call._is_cancelled and not self._closed:
@@ -903,10 +1062,12 @@ class AsyncConnection:
                     self._write_answer(line)
             raise
         except Exception as exc:
+            self._tasks.discard(call.task)
             if not isinstance(exc, RequestError):
                 _log.exception("%s: %s handler failed", self.name, call.method)
             line = ep.answer_exception(call, exc)
         else:
+            self._tasks.discard(call.task)
             line = ep.answer(call, result)
         if line is not None:
             self._write_answer(line)
@@ -920,44 +1081,75 @@ class AsyncConnection:
         ep = self._endpoint
         while True:
             if not queue:
+                if self._closed:
+                    return
                 wake = self._wake = loop.create_future()
                 await wake
                 continue
             item = queue[0]
-            cls = type(item)
-            if cls is _Notification:
-                target = ep.notification_params(item)
-                if target is not None:
-                    fn, args = target
-                    try:
-                        result = fn(*args)
-                    except Exception:
-                        _log.exception("%s: %s notification handler failed", self.name, item.method)
-                        result = None
-                    if result is not None and inspect.isawaitable(result):
-                        await self._await_notification(result, item.method)
-            elif cls is tuple and len(item) == 2:
-                # An awaitable a notification handler returned when run by the reader.
-                await self._await_notification(*item)
-            elif cls is tuple:
-                if not item[0].is_answered:  # a $/cancel_request answered it while queued
-                    self._start_request(item)
-            elif cls is _Response or cls is _ErrorResponse:
-                self._complete(item)
-            elif item is _DRAIN_MARK:
-                if self._drain_done is not None and not self._drain_done.done():
-                    self._drain_done.set_result(None)
-            elif item is _EOF_MARK:
-                queue.popleft()
-                for fut in (self._drain_done, self._drained):
-                    if fut is not None and not fut.done():
-                        fut.set_result(None)
-                self._run_close_callbacks()
-                return
+            try:
+                cls = type(item)
+                if cls is _Notification:
+                    target = ep.notification_params(item)
+                    if target is not None:
+                        fn, args = target
+                        try:
+                            result = fn(*args)
+                        except Exception:
+                            _log.exception("%s: %s notification handler failed", self.name, item.method)
+                            result = None
+                        if result is not None and inspect.isawaitable(result):
+                            await self._await_notification(result, item.method)
+                elif cls is tuple and len(item) == 2:
+                    # An awaitable a notification handler returned when run by the reader.
+                    await self._await_notification(*item)
+                elif cls is tuple:
+                    if not item[0].is_answered:  # a $/cancel_request answered it while queued
+                        self._start_request(item)
+                elif cls is _Response or cls is _ErrorResponse:
+                    self._complete(item)
+                elif item is _DRAIN_MARK:
+                    if self._drain_done is not None and not self._drain_done.done():
+                        self._drain_done.set_result(None)
+                elif item is _EOF_MARK:
+                    queue.popleft()
+                    for fut in (self._drain_done, self._drained):
+                        if fut is not None and not fut.done():
+                            fut.set_result(None)
+                    self._run_close_callbacks()
+                    return
+            except Exception:  # a bug here must not stop the queue: everything behind would hang
+                _log.exception("%s: dispatching %r failed", self.name, type(item).__name__)
+            if self._closed:
+                return  # closed from a handler run here (close() cleared the queue)
             queue.popleft()
-            held = self._held
-            if held is not None and len(queue) < self._max_queued // 2 and not held.done():
-                held.set_result(None)
+            if self._reader_held and len(queue) < self._max_queued // 2:
+                self._release_reader()
+
+
+def _run_and_report(loop: asyncio.AbstractEventLoop, waiter: asyncio.Future[Any], fn: Callable[..., Any],
+                    args: tuple[Any, ...]) -> None:
+    """On a pool thread: run ``fn(*args)`` and hand its outcome to ``waiter`` on the loop."""
+    outcome: Callable[[asyncio.Future[Any], Any], None]
+    try:
+        value = fn(*args)
+        outcome = _set_result
+    except BaseException as exc:  # handed over whole, as run_in_executor would
+        value, outcome = exc, _set_exception
+    try:
+        loop.call_soon_threadsafe(outcome, waiter, value)
+    except RuntimeError:  # the loop is closed: nobody waits any more
+        pass
+
+
+def _set_result(waiter: asyncio.Future[Any], value: Any) -> None:
+    if not waiter.done():  # cancelled meanwhile
+        waiter.set_result(value)
+
+
+def _set_exception(waiter: asyncio.Future[Any], exc: BaseException) -> None:
+    if not waiter.done():
+        waiter.set_exception(exc)
 
 
 def _remaining(loop: asyncio.AbstractEventLoop, deadline: float | None) -> float | None:

@@ -12,7 +12,7 @@ import pytest
 
 from acp.aio import AsyncConnection, AsyncInboundCall
 from acp.aio import connection as aio_connection
-from acp.aio.transport import memory_pair
+from acp.aio.transport import AsyncTransport, MemoryTransport, memory_pair
 from acp.errors import (
     ConnectionClosedError,
     RequestCancelledError,
@@ -20,17 +20,31 @@ from acp.errors import (
     RequestTimeoutError,
 )
 from acp.schema import ReadTextFileRequest, ReadTextFileResponse
-from tests.helpers.aio_support import WAIT, RawPeer, run, yield_loop
+from tests.helpers.aio_support import WAIT, PullOnly, RawPeer, run, yield_loop
+
+# Every test runs twice: with the transport pushing what it reads (set_receiver, no reader
+# task) and with the connection's reader task awaiting read().
+_MODE = ["push"]
+
+
+@pytest.fixture(autouse=True, params=["push", "pull"])
+def reading_mode(request: pytest.FixtureRequest) -> None:
+    _MODE[0] = request.param
+
+
+def _end(transport: MemoryTransport) -> AsyncTransport:
+    return transport if _MODE[0] == "push" else PullOnly(transport)
 
 
 def _pair() -> tuple[AsyncConnection, AsyncConnection]:
     a_side, b_side = memory_pair()
-    return AsyncConnection(a_side, name="a", request_timeout=WAIT), AsyncConnection(b_side, name="b", request_timeout=WAIT)
+    return (AsyncConnection(_end(a_side), name="a", request_timeout=WAIT),
+            AsyncConnection(_end(b_side), name="b", request_timeout=WAIT))
 
 
 def _raw() -> tuple[AsyncConnection, RawPeer]:
     ours, theirs = memory_pair()
-    return AsyncConnection(ours, name="conn", request_timeout=WAIT), RawPeer(theirs)
+    return AsyncConnection(_end(ours), name="conn", request_timeout=WAIT), RawPeer(theirs)
 
 
 def _req(msg_id: int, method: str, params: Any = None) -> dict[str, Any]:
@@ -473,7 +487,7 @@ def test_bad_input_is_answered_and_the_connection_goes_on() -> None:
 def test_over_long_line_is_discarded() -> None:
     async def main() -> None:
         ours, theirs = memory_pair()
-        conn = AsyncConnection(ours, max_message_bytes=1000)
+        conn = AsyncConnection(_end(ours), max_message_bytes=1000)
         peer = RawPeer(theirs)
         conn.on_request("echo", lambda params, call: params)
         conn.start()
@@ -602,7 +616,7 @@ def test_async_with_and_call_later() -> None:
     async def main() -> None:
         a_side, b_side = memory_pair()
         fired = asyncio.Event()
-        async with AsyncConnection(a_side) as a, AsyncConnection(b_side) as b:
+        async with AsyncConnection(_end(a_side)) as a, AsyncConnection(_end(b_side)) as b:
             b.on_request("echo", lambda params, call: params)
             assert await a.request("echo", [5]) == [5]
             a.call_later(0.01, fired.set)
@@ -670,3 +684,347 @@ def test_reader_keeps_reading_while_a_notification_handler_awaits_an_answer(monk
         await conn.close()
 
     run(main)
+
+
+# ---------------------------------------------------------------------------- more edges
+
+
+@pytest.mark.parametrize("where", ["request", "notification"])
+def test_close_from_inside_handlers_leaves_nothing_behind(where: str) -> None:
+    async def main() -> None:
+        conn, peer = _raw()
+        closed = asyncio.Event()
+
+        async def shut(params: Any, call: AsyncInboundCall | None = None) -> Any:
+            await conn.close()
+            closed.set()
+            return "unsent"
+
+        conn.on_request("shut", shut)
+        conn.on_notification("shut/note", shut)
+        conn.start()
+        peer.send(_req(1, "shut") if where == "request" else _note("shut/note"))
+        await asyncio.wait_for(closed.wait(), WAIT)
+        assert conn.is_closed
+        with pytest.raises(EOFError):
+            await peer.recv()  # nothing was answered after close
+        await yield_loop()
+
+    run(main)
+
+
+def test_a_handler_task_cancelled_by_someone_else_is_still_answered() -> None:
+    async def main() -> None:
+        conn, peer = _raw()
+
+        async def self_cancel(params: Any, call: AsyncInboundCall) -> Any:
+            asyncio.current_task().cancel()  # type: ignore[union-attr]
+            await asyncio.sleep(0)
+
+        conn.on_request("m", self_cancel)
+        conn.start()
+        peer.send(_req(1, "m"))
+        answer = await peer.recv()
+        assert answer["id"] == 1 and answer["error"]["code"] == -32800
+        await conn.close()
+
+    run(main)
+
+
+def test_unknown_handlers_and_duplicate_ids() -> None:
+    async def main() -> None:
+        conn, peer = _raw()
+        seen: list[Any] = []
+        gate = asyncio.Event()
+
+        async def fallback(method: str, params: Any, call: AsyncInboundCall) -> Any:
+            await gate.wait()
+            return {"method": method, "params": params}
+
+        async def fallback_note(method: str, params: Any) -> None:
+            seen.append((method, params))
+
+        conn.on_unknown_request(fallback)
+        conn.on_unknown_notification(fallback_note)
+        conn.start()
+        peer.send(_req(1, "x/y", {"a": 1}), _req(1, "x/z"), _note("n/m", [2]))
+        refused = await peer.recv()
+        assert refused["id"] == 1 and refused["error"]["code"] == -32600  # duplicate id
+        gate.set()
+        assert await peer.recv() == _result(1, {"method": "x/y", "params": {"a": 1}})
+        assert seen == [("n/m", [2])]
+        await conn.close()
+
+    run(main)
+
+
+def test_malformed_answer_fails_its_caller_now() -> None:
+    async def main() -> None:
+        conn, peer = _raw()
+        conn.start()
+        call = asyncio.ensure_future(conn.request("m", timeout=None))
+        request = await peer.recv()
+        peer.send({"id": request["id"], "result": {}})  # no "jsonrpc": "2.0"
+        with pytest.raises(RequestError) as info:
+            await call
+        assert info.value.code == -32603
+        await conn.close()
+
+    run(main)
+
+
+def test_requests_refused_locally() -> None:
+    async def main() -> None:
+        conn, peer = _raw()
+        with pytest.raises(ConnectionClosedError, match="not started"):
+            await conn.request("m")
+        conn.start()
+        with pytest.raises(TypeError):
+            await conn.request("m", {"bad": object()})
+        assert not conn._endpoint.pending  # nothing left waiting
+        await conn.close()
+
+    run(main)
+
+
+def test_wire_tap_sees_both_directions() -> None:
+    async def main() -> None:
+        ours, theirs = memory_pair()
+        lines: list[tuple[str, bytes]] = []
+        conn = AsyncConnection(_end(ours), wire_tap=lambda direction, line: lines.append((direction, line)))
+        peer = RawPeer(theirs)
+        conn.on_request("echo", lambda params, call: params)
+        conn.start()
+        peer.send(_req(1, "echo", [1]))
+        await peer.recv()
+        conn.notify("note", {"x": 1})
+        await peer.recv()
+        assert [d for d, _ in lines] == ["in", "out", "out"]
+        assert b'"method":"note"' in lines[2][1]
+        await conn.close()
+
+    run(main)
+
+
+def test_notifications_are_batched_and_precede_the_answer() -> None:
+    async def main() -> None:
+        ours, theirs = memory_pair()
+        conn = AsyncConnection(_end(ours))
+        peer = RawPeer(theirs)
+
+        def stream(params: Any, call: AsyncInboundCall) -> Any:
+            for i in range(100):
+                conn.notify("chunk", {"i": i})
+            return "done"
+
+        conn.on_request("stream", stream)
+        conn.start()
+        peer.send(_req(1, "stream"))
+        while not theirs.buffered:
+            await yield_loop(1)
+        assert len(theirs._chunks) == 1  # 100 notifications and the answer: one write
+        for i in range(100):
+            assert await peer.recv() == _note("chunk", {"i": i})
+        assert await peer.recv() == _result(1, "done")
+        await conn.close()
+
+    run(main)
+
+
+def test_a_users_executor_is_used_and_not_shut_down() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2, thread_name_prefix="users") as pool:
+
+        async def main() -> None:
+            a_side, b_side = memory_pair()
+            a = AsyncConnection(_end(a_side))
+            b = AsyncConnection(_end(b_side), executor=pool)
+            b.on_request("where", b.blocking(lambda params, call: threading.current_thread().name))
+            a.start()
+            b.start()
+            assert b.executor is pool
+            assert (await a.request("where")).startswith("users")
+            await a.close()
+            await b.close()
+
+        run(main)
+        assert pool.submit(lambda: 5).result(WAIT) == 5
+
+
+def test_end_of_input_handles_what_was_queued_first() -> None:
+    async def main() -> None:
+        conn, peer = _raw()
+        order: list[str] = []
+
+        async def on_update(params: Any) -> None:
+            await asyncio.sleep(0)
+            order.append("update")
+
+        conn.on_notification("update", on_update)
+        conn.on_close(lambda: order.append("closed"))
+        conn.start()
+        peer.send(_note("update"), _note("update"))
+        peer.transport.close_write()
+        assert await conn.wait_closed(WAIT)
+        assert order == ["update", "update", "closed"]
+        assert not await AsyncConnection(memory_pair()[0]).wait_closed(0)  # never started
+        await conn.close()
+
+    run(main)
+
+
+def test_wait_closed_times_out_while_input_goes_on() -> None:
+    async def main() -> None:
+        conn, peer = _raw()
+        conn.start()
+        assert not await conn.wait_closed(0.01)
+        await conn.close()
+        assert await conn.wait_closed(0)
+
+    run(main)
+
+
+def test_drain_waits_for_a_slow_reader() -> None:
+    async def main() -> None:
+        conn, peer = _raw()
+        conn.start()
+        for i in range(3000):
+            conn.notify("chunk", {"i": i, "pad": "x" * 1000})  # ~3 MiB, over the high-water mark
+        draining = asyncio.ensure_future(conn.drain())
+        await yield_loop()
+        assert not draining.done()  # the peer has read nothing yet
+        for i in range(3000):
+            assert (await peer.recv())["params"]["i"] == i
+        await asyncio.wait_for(draining, WAIT)
+        await conn.close()
+
+    run(main)
+
+
+def test_request_handlers_started_from_a_peers_notification_handler_are_not_serial() -> None:
+    async def main() -> None:
+        a, b = _pair()
+        marks: list[bool] = []
+
+        async def on_note(params: Any) -> None:
+            # Awaited by a's dispatcher: a's requests from here are serial (deadlock rule)...
+            assert aio_connection._serial.get()
+            await a.request("ask")
+
+        async def ask(params: Any, call: AsyncInboundCall) -> Any:
+            # ...but b's handler for it is an ordinary request handler.
+            marks.append(aio_connection._serial.get())
+            return "ok"
+
+        a.on_notification("note", on_note)
+        b.on_request("ask", ask)
+        b.on_request("go", lambda params, call: b.notify("note") or "went")
+        a.start()
+        b.start()
+        assert await a.request("go") == "went"
+        assert marks == [False]
+        await a.close()
+        await b.close()
+
+    run(main)
+
+
+def test_timeouts_of_several_durations_each_expire_on_time() -> None:
+    async def main() -> None:
+        conn, peer = _raw()
+        conn.start()
+        loop = asyncio.get_running_loop()
+        # Answered calls leave nothing behind in the timeout bookkeeping.
+        answered = asyncio.ensure_future(conn.request("quick", timeout=30))
+        request = await peer.recv()
+        peer.send(_result(request["id"], "done"))
+        assert await answered == "done"
+        started = loop.time()
+        long_call = asyncio.ensure_future(conn.request("long", timeout=30))
+        short_calls = [asyncio.ensure_future(conn.request("short", timeout=0.05)) for _ in range(3)]
+        later_short = asyncio.ensure_future(conn.request("short", timeout=0.2))
+        for call in short_calls:
+            with pytest.raises(RequestTimeoutError):
+                await call
+        assert 0.04 <= loop.time() - started < 5
+        assert not later_short.done() and not long_call.done()
+        with pytest.raises(RequestTimeoutError):
+            await later_short
+        assert not long_call.done()
+        ids = [(await peer.recv())["id"] for _ in range(5)]  # long, then the 4 short ones
+        cancels = [(await peer.recv())["params"]["requestId"] for _ in range(4)]
+        assert cancels == ids[1:]  # every short call, in order; not the long one
+        peer.send(_result(ids[0], "long done"))
+        assert await long_call == "long done"
+        assert all(not entries for entries in conn._timeouts.values())
+        await conn.close()
+
+    run(main)
+
+
+def test_close_cancelled_midway_still_closes() -> None:
+    async def main() -> None:
+        conn, peer = _raw()
+        started = asyncio.Event()
+        closed: list[bool] = []
+
+        async def stubborn(params: Any, call: AsyncInboundCall) -> Any:
+            started.set()
+            await asyncio.Event().wait()  # ignores the cancelled flag
+
+        conn.on_request("stubborn", stubborn)
+        conn.on_close(lambda: closed.append(True))
+        conn.start()
+        pending = asyncio.ensure_future(conn.request("never", timeout=None))
+        peer.send(_req(1, "stubborn"))
+        await asyncio.wait_for(started.wait(), WAIT)
+        closing = asyncio.ensure_future(conn.close(graceful=True, timeout=None))  # would wait forever
+        await yield_loop()
+        assert not closing.done()
+        closing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await closing
+        assert conn.is_closed and closed == [True]
+        with pytest.raises(ConnectionClosedError):
+            await pending
+        await conn.close()  # idempotent, returns at once
+        await yield_loop()  # the transport's close finishes in the background
+
+    run(main)
+
+
+def test_run_blocking_hands_back_results_and_exceptions() -> None:
+    async def main() -> None:
+        conn, _ = _raw()
+        conn.start()
+        loop_thread = threading.get_ident()
+        assert await conn.run_blocking(lambda a, b: (a + b, threading.get_ident() != loop_thread), 2, 3) == (5, True)
+        with pytest.raises(ZeroDivisionError):
+            await conn.run_blocking(lambda: 1 / 0)
+        # Cancelling the waiting task drops the late result; the pool keeps working.
+        gate = threading.Event()
+        waiting = asyncio.ensure_future(conn.run_blocking(gate.wait, WAIT))
+        await yield_loop()
+        waiting.cancel()
+        gate.set()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        assert await conn.blocking(lambda x, *, y: x * y)(3, y=4) == 12
+        await conn.close()
+
+    before = set(threading.enumerate())
+    run(main)
+    assert set(threading.enumerate()) <= before
+
+
+def test_acp_aio_imports_no_threading() -> None:
+    import pathlib
+    import re
+
+    import acp.aio
+
+    root = pathlib.Path(acp.aio.__file__).parent
+    for path in root.rglob("*.py"):
+        source = path.read_text(encoding="utf-8")
+        assert not re.search(r"^\s*(import threading|from threading import)", source, re.M), path

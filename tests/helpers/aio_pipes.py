@@ -12,6 +12,7 @@ import asyncio
 import subprocess
 import sys
 from collections import deque
+from collections.abc import Callable
 from typing import IO, Any
 
 from acp.errors import ConnectionClosedError
@@ -70,6 +71,9 @@ class PipeTransport:
         self._drainers: list[asyncio.Future[None]] = []
         self._rt: asyncio.ReadTransport | None = None
         self._wt: asyncio.WriteTransport | None = None
+        # Push mode (ReceivingTransport): data_received hands each chunk straight over.
+        self._receiver: Callable[[bytes], None] | None = None
+        self._eof_pushed = False
 
     @classmethod
     async def open(cls, read_file: IO[bytes], write_file: IO[bytes], description: str = "pipes") -> PipeTransport:
@@ -124,9 +128,39 @@ class PipeTransport:
             self._rt.close()
         self._wake_reader()
         self._wake_drainers()
+        self._push_eof()
         await asyncio.sleep(0)  # let the pipe transports run their connection_lost
 
+    def set_receiver(self, receiver: Callable[[bytes], None]) -> None:
+        self._receiver = receiver
+        if self._chunks:
+            data = b"".join(self._chunks)
+            self._chunks.clear()
+            self._buffered = 0
+            receiver(data)
+        if self._eof or self._closed:
+            self._push_eof()
+
+    def pause_reading(self) -> None:
+        if self._rt is not None and not self._reading_paused:
+            self._reading_paused = True
+            self._rt.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self._rt is not None and self._reading_paused:
+            self._reading_paused = False
+            self._rt.resume_reading()
+
+    def _push_eof(self) -> None:
+        if self._receiver is not None and not self._eof_pushed:
+            self._eof_pushed = True
+            self._receiver(b"")
+
     def _on_data(self, data: bytes) -> None:
+        if self._receiver is not None:
+            if not self._closed:
+                self._receiver(data)
+            return
         self._chunks.append(data)
         self._buffered += len(data)
         if self._buffered >= _READ_LIMIT and not self._reading_paused and self._rt is not None:
@@ -137,6 +171,7 @@ class PipeTransport:
     def _on_eof(self) -> None:
         self._eof = True
         self._wake_reader()
+        self._push_eof()
 
     def _wake_reader(self) -> None:
         waiter = self._reader

@@ -54,3 +54,34 @@ class RawPeer:
         line, self._buffer = self._buffer.split(b"\n", 1)
         result: dict[str, Any] = json.loads(line)
         return result
+
+
+class PullOnly:
+    """An AsyncTransport proxy without ``set_receiver``: a connection over it reads with its
+    reader task (``await read()``), the path of transports that cannot push."""
+
+    def __init__(self, inner: MemoryTransport) -> None:
+        self._inner = inner
+
+    async def read(self) -> bytes:
+        return await self._inner.read()
+
+    def write(self, data: bytes) -> None:
+        self._inner.write(data)
+
+    async def drain(self) -> None:
+        await self._inner.drain()
+
+    def close_write(self) -> None:
+        self._inner.close_write()
+
+    async def close(self) -> None:
+        await self._inner.close()
+
+    @property
+    def description(self) -> str:
+        return self._inner.description
+
+    @property
+    def buffered(self) -> int:
+        return self._inner.buffered

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .base import READ_CHUNK, AsyncTransport
+from .base import READ_CHUNK, AsyncTransport, ReceivingTransport
 from .memory import MemoryTransport, memory_pair
 from .process import ProcessTransport
 from .stdio import StdioTransport
@@ -18,6 +18,7 @@ __all__ = [
     "AsyncTransport",
     "MemoryTransport",
     "ProcessTransport",
+    "ReceivingTransport",
     "StdioTransport",
     "connect_http",
     "connect_websocket",

@@ -7,11 +7,12 @@ the buffer to shrink), and nothing here starts a thread.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 from ...transport.base import READ_CHUNK
 
-__all__ = ["READ_CHUNK", "AsyncTransport"]
+__all__ = ["READ_CHUNK", "AsyncTransport", "ReceivingTransport"]
 
 
 class AsyncTransport(Protocol):
@@ -54,4 +55,28 @@ class AsyncTransport(Protocol):
     @property
     def description(self) -> str:
         """A short human-readable name for logs, e.g. ``"stdio"`` or ``"process 1234 (npx x)"``."""
+        ...
+
+
+class ReceivingTransport(AsyncTransport, Protocol):
+    """An :class:`AsyncTransport` that can also push what it reads (optional; the
+    connection uses it when present, instead of a task awaiting :meth:`read`).
+
+    Pushing saves a task wake-up per read: the bytes go from the loop's data callback
+    straight to the connection's framer.
+    """
+
+    def set_receiver(self, receiver: Callable[[bytes], None]) -> None:
+        """From now on call ``receiver(data)`` on the loop with every chunk read, in order,
+        instead of serving :meth:`read` (bytes already buffered are pushed first), and
+        ``receiver(b"")`` once at end of stream (EOF, the peer is gone, or :meth:`close`).
+        The receiver never runs inside :meth:`write` of either end (no re-entrancy)."""
+        ...
+
+    def pause_reading(self) -> None:
+        """Stop pushing (and reading) until :meth:`resume_reading` (backpressure)."""
+        ...
+
+    def resume_reading(self) -> None:
+        """Push again, starting with what was read meanwhile."""
         ...

@@ -1,13 +1,17 @@
 """Two :class:`~acp.aio.transport.AsyncTransport` ends joined in memory, on one event loop.
 
 No OS pipe and no thread: ``write`` on one end appends the bytes to the other end's read buffer
-and wakes its reader. For tests, and for running an async agent and client in one process.
+and wakes its reader (or, for a :class:`~acp.aio.transport.ReceivingTransport` user, schedules
+one loop callback that pushes what arrived). For tests, and for an async agent and client in
+one process.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections import deque
+from collections.abc import Callable
 
 from ...errors import ConnectionClosedError
 from .base import READ_CHUNK
@@ -22,7 +26,7 @@ class MemoryTransport:
     """One end of :func:`memory_pair`. Every method is called on the loop of its pair."""
 
     __slots__ = ("_peer", "_chunks", "_buffered", "_eof", "_closed", "_write_closed", "_reader", "_drainers",
-                 "_description")
+                 "_description", "_receiver", "_paused", "_scheduled", "_eof_pushed", "_context")
 
     def __init__(self, description: str) -> None:
         self._peer: MemoryTransport | None = None
@@ -39,6 +43,15 @@ class MemoryTransport:
         # Futures of the peer's drain() calls, waiting for this end to read.
         self._drainers: list[asyncio.Future[None]] = []
         self._description = description
+        # Push mode (set_receiver): who gets the bytes, paused by backpressure, a delivery
+        # callback already scheduled, the end of stream already pushed.
+        self._receiver: Callable[[bytes], None] | None = None
+        self._paused = False
+        self._scheduled = False
+        self._eof_pushed = False
+        # Deliveries run in this end's own context, not in a copy of the writer's (the peer's
+        # handler, whose context variables are none of this end's business).
+        self._context = contextvars.Context()
 
     @property
     def description(self) -> str:
@@ -60,6 +73,9 @@ class MemoryTransport:
                 await waiter
             finally:
                 self._reader = None
+        return self._take()
+
+    def _take(self) -> bytes:
         chunks = self._chunks
         if len(chunks) == 1 and len(chunks[0]) <= READ_CHUNK:
             data = chunks.popleft()
@@ -89,9 +105,7 @@ class MemoryTransport:
             return
         peer._chunks.append(bytes(data))
         peer._buffered += len(data)
-        waiter = peer._reader
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        peer._wake()
 
     async def drain(self) -> None:
         """Wait while the peer has more than :data:`HIGH_WATER` bytes unread."""
@@ -100,8 +114,6 @@ class MemoryTransport:
             waiter = asyncio.get_running_loop().create_future()
             peer._drainers.append(waiter)
             await waiter
-        if peer is not None and peer._closed and peer._buffered:
-            raise ConnectionClosedError("connection closed with data unwritten")
 
     def close_write(self) -> None:
         """The peer reads EOF once it has read what was written. Idempotent."""
@@ -119,18 +131,63 @@ class MemoryTransport:
         self.close_write()
         self._chunks.clear()
         self._buffered = 0
-        waiter = self._reader
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        self._paused = False
+        self._wake()
         self._wake_drainers()
         if self._peer is not None:
             self._peer._wake_drainers()
 
-    def _feed_eof(self) -> None:
-        self._eof = True
+    # ------------------------------------------------------------------ push mode
+
+    def set_receiver(self, receiver: Callable[[bytes], None]) -> None:
+        """Push every chunk to ``receiver`` from a loop callback instead of serving
+        :meth:`read`; ``receiver(b"")`` once at end of stream (ReceivingTransport)."""
+        self._receiver = receiver
+        self._schedule()
+
+    def pause_reading(self) -> None:
+        """Stop pushing until :meth:`resume_reading`; written bytes wait in the buffer."""
+        self._paused = True
+
+    def resume_reading(self) -> None:
+        """Push again, starting with what arrived meanwhile."""
+        if self._paused:
+            self._paused = False
+            self._schedule()
+
+    def _schedule(self) -> None:
+        if not self._scheduled and not self._paused and not self._eof_pushed:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._deliver, context=self._context)
+
+    def _deliver(self) -> None:
+        # A loop callback, never inside a write: no re-entrancy between the two ends.
+        self._scheduled = False
+        receiver = self._receiver
+        if receiver is None or self._paused or self._eof_pushed:
+            return
+        if self._chunks and not self._closed:
+            data = self._take()
+            if self._chunks or self._eof:
+                self._schedule()  # the rest (or the end) in the next callback
+            receiver(data)
+        elif self._eof or self._closed:
+            self._eof_pushed = True
+            receiver(b"")
+
+    # ------------------------------------------------------------------ internals
+
+    def _wake(self) -> None:
+        if self._receiver is not None:
+            self._schedule()
+            return
         waiter = self._reader
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+
+    def _feed_eof(self) -> None:
+        self._eof = True
+        self._wake()
 
     def _wake_drainers(self) -> None:
         drainers, self._drainers = self._drainers, []
