@@ -171,7 +171,7 @@ def test_a_long_stderr_line_is_logged_in_pieces(caplog: pytest.LogCaptureFixture
     pieces = [m for m in logged if m.startswith(f"[{pid}] y")]
     assert len(pieces) >= 2 and all(len(m) <= len(f"[{pid}] ") + 65536 * 2 for m in pieces)
     assert sum(len(m) - len(f"[{pid}] ") for m in pieces) == 200000
-    assert logged[-1] == f"[{pid}] short" or f"[{pid}] short" in logged
+    assert f"[{pid}] short" in logged
 
 
 @pytest.mark.parametrize(

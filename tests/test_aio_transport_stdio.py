@@ -115,6 +115,24 @@ def test_mebibytes_through_the_child_with_flow_control_on_both_sides() -> None:
     assert tail == b"after close blocking=True,True\n"
 
 
+def test_close_waits_for_the_buffered_output_to_be_taken() -> None:
+    # The child writes 2 MiB at once and closes; nobody reads yet, so its close() must wait
+    # (not drop the data and exit): everything arrives once we read.
+    lines = 20000
+
+    async def main() -> tuple[bytes, int | None]:
+        async with await ProcessTransport.spawn([*ARGV, "burst", str(lines)]) as t:
+            assert await t.wait(0.3) is None  # still flushing in close()
+            received = bytearray()
+            while chunk := await asyncio.wait_for(t.read(), JOIN):
+                received.extend(chunk)
+            return bytes(received), await t.wait(JOIN)
+
+    received, returncode = run(main)
+    assert returncode == 0
+    assert received == b"".join(b"%099d\n" % i for i in range(lines))
+
+
 def test_close_wakes_a_pending_read_and_leaves_no_task() -> None:
     # The child's stdin stays open (nothing is ever written to it) while it closes; its stdout
     # ends when it exits.

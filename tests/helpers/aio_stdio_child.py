@@ -4,6 +4,7 @@ of stdio_child.py).
     aio_stdio_child.py close     end with close(): print() goes to the real stdout afterwards
     aio_stdio_child.py half      end with close_write() then close(): stdout stays on stderr
     aio_stdio_child.py pending   close() while a read waits; report on the real stdout
+    aio_stdio_child.py burst N   write N lines of 100 bytes at once, then close() at once
 
 close / half: protocol lines it writes, in order, stray output in between (print, a C-level
 write to fd 1, a child process inheriting fd 1) and an attempt to steal stdin:
@@ -81,9 +82,18 @@ async def pending() -> None:
     print(json.dumps(report), flush=True)
 
 
+async def burst(lines: int) -> None:
+    t = StdioTransport()
+    t.write(b"".join(b"%099d\n" % i for i in range(lines)))
+    await t.close()  # waits until the peer has taken it all
+
+
 def main() -> None:
     mode = sys.argv[1]
-    asyncio.run(pending() if mode == "pending" else echo(mode))
+    if mode == "burst":
+        asyncio.run(burst(int(sys.argv[2])))
+    else:
+        asyncio.run(pending() if mode == "pending" else echo(mode))
 
 
 if __name__ == "__main__":

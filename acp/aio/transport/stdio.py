@@ -27,10 +27,13 @@ class StdioTransport(FdTransport):
     A regular file, or anything else the loop cannot watch (``/dev/null``), is read and
     written directly (such files are always ready; each read yields to the loop once first).
 
+    :meth:`close` wakes a waiting read at once and refuses writes, then waits at most
+    ``flush_timeout`` seconds (``None``: no limit) for the output still buffered to be
+    written, so that a last message written just before ``close()`` still reaches the peer.
     Create it on the running loop; POSIX only.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, flush_timeout: float | None = 5.0) -> None:
         self._claim = _StdioClaim()
         read_fd, write_fd = self._claim.read_fd, self._claim.write_fd
         self._half_closed = False
@@ -38,7 +41,9 @@ class StdioTransport(FdTransport):
         try:
             for fd in self._made_nonblocking:
                 os.set_blocking(fd, False)
-            super().__init__(read_fd, write_fd, description="stdio")
+            super().__init__(
+                read_fd, write_fd, description="stdio", flush_timeout=flush_timeout
+            )
         except BaseException:
             self._claim.release(read_fd, write_fd)
             for fd in (read_fd, write_fd):
