@@ -1,7 +1,8 @@
 """acp: a sync-first Python SDK for the Agent Client Protocol (ACP).
 
-Build an agent with :class:`SyncAgent`, drive one with :class:`SyncClient`; the typed messages
-are in :mod:`acp.schema`. Names are imported on first use, so ``import acp`` stays cheap.
+Build an agent with :class:`SyncAgent` (or :class:`AsyncAgent`, for an asyncio program), drive
+one with :class:`SyncClient`; the typed messages are in :mod:`acp.schema`. Names are imported on
+first use, so ``import acp`` stays cheap (and a sync program never imports asyncio).
 """
 
 from __future__ import annotations
@@ -30,6 +31,11 @@ _LAZY: dict[str, str] = {
     "AgentRequestContext": "acp.agent",
     "PromptContext": "acp.agent",
     "CommandResult": "acp.agent",
+    "AsyncAgent": "acp.agent",
+    "AsyncAgentBuilder": "acp.agent",
+    "AsyncAgentConnection": "acp.agent",
+    "AsyncAgentRequestContext": "acp.agent",
+    "AsyncPromptContext": "acp.agent",
     "SyncClient": "acp.client",
     "SyncClientBuilder": "acp.client",
     "AsyncClient": "acp.client",
@@ -48,6 +54,11 @@ if TYPE_CHECKING:
     from .agent import (
         AgentConnection,
         AgentRequestContext,
+        AsyncAgent,
+        AsyncAgentBuilder,
+        AsyncAgentConnection,
+        AsyncAgentRequestContext,
+        AsyncPromptContext,
         CommandResult,
         PromptContext,
         SyncAgent,
@@ -111,6 +122,11 @@ __all__ = [  # spelled out for linters; tests check it matches _LAZY
     "AgentRequestContext",
     "PromptContext",
     "CommandResult",
+    "AsyncAgent",
+    "AsyncAgentBuilder",
+    "AsyncAgentConnection",
+    "AsyncAgentRequestContext",
+    "AsyncPromptContext",
     "SyncClient",
     "SyncClientBuilder",
     "AsyncClient",

@@ -505,6 +505,7 @@ _REFERENCED_CLASSES = (
     "SyncClient", "SyncClientBuilder", "ClientRequestContext", "LocalFiles", "LocalTerminals",
     "PermissionPolicy", "NegotiatedCapabilities", "Connection", "InboundCall", "RequestError",
     "AsyncClient", "AsyncClientBuilder",
+    "AsyncAgent", "AsyncAgentConnection", "AsyncAgentRequestContext", "AsyncPromptContext",
 )
 
 

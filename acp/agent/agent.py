@@ -8,35 +8,46 @@ turns, gives running handlers ``close_timeout`` seconds to answer, and closes it
 
 from __future__ import annotations
 
-import itertools
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from ..capabilities import NegotiatedCapabilities
 from ..connection import Connection
 from ..transport import StdioTransport, memory_pair
 from ..transport.base import Transport
-from .builder import AgentSpec, SyncAgentBuilder
+from .builder import AgentBuilder, is_async_callable
 from .client_proxy import ClientProxy
-from .context import SessionUpdater
+from .context import AgentRequestContext, PromptContext
 from .dispatch import install
-from .state import ConnectionState
-from .turns import TurnRegistry
+from .serving import AgentBase, AgentConnectionBase
+from .spec import AgentSpec
 
 if TYPE_CHECKING:  # websockets is an optional extra: imported only by serve_websocket
     from ..transport._serving import Authenticator
-    from ..transport.http_server import AcpAsgiApp, HttpServer
+    from ..transport.http_server import HttpServer
     from ..transport.websocket import WebSocketServer
 
-__all__ = ["SyncAgent", "AgentConnection"]
+__all__ = ["SyncAgent", "SyncAgentBuilder", "AgentConnection"]
 
 _log = logging.getLogger("acp.agent")
 
 
-class AgentConnection:
+class SyncAgentBuilder(AgentBuilder[AgentRequestContext, PromptContext]):
+    """Collects handlers and options; :meth:`build` makes a :class:`~acp.agent.SyncAgent`.
+    Handlers are plain functions, run on the handler executor."""
+
+    def _check_handler(self, what: str, fn: Callable[..., Any]) -> None:
+        if is_async_callable(fn):
+            raise ValueError(f"{what}: {fn!r} is an async function; serve it with acp.AsyncAgent.builder()")
+
+    def build(self) -> SyncAgent:
+        """Check the configuration and make the agent."""
+        return SyncAgent(self._spec())
+
+
+class AgentConnection(AgentConnectionBase):
     """One client connected to a :class:`SyncAgent`: a non-blocking handle.
 
     ``capabilities`` is what this client negotiated; ``client`` makes raw calls into this
@@ -54,51 +65,28 @@ class AgentConnection:
             name=name,
         )
         # Grace periods and prompt deadlines run on the connection's housekeeping thread.
-        turns = TurnRegistry(self.connection.call_later, spec.cancel_grace_period, spec.max_prompt_duration)
-        self._state = ConnectionState(self.connection, turns, spec.unstable)
+        self._init_state(spec, self.connection)
         self._lock = threading.Lock()
         self._closing = False
         self._closer: threading.Thread | None = None
-        self._closed = threading.Event()
-        install(spec, self._state)
+        self._closed: threading.Event = threading.Event()
+        install(spec, self._state, self.connection)
         self.connection.on_close(self._on_input_end)
 
     def _start(self) -> None:
         self.connection.start()
 
     @property
-    def capabilities(self) -> NegotiatedCapabilities:
-        """What was negotiated with this client (nothing before ``initialize``)."""
-        return self._state.capabilities
-
-    @property
-    def initialized(self) -> bool:
-        """True once the client sent ``initialize``."""
-        return self._state.initialized
-
-    @property
     def client(self) -> ClientProxy:
         """Raw typed calls into this client, outside any prompt turn (no cancellation)."""
         return ClientProxy(self._state)
 
-    def session(self, session_id: str) -> SessionUpdater:
-        """Send updates for ``session_id`` to this client outside a prompt turn."""
-        return SessionUpdater(session_id, ClientProxy(self._state))
-
-    @property
-    def is_closed(self) -> bool:
-        """True once the connection is fully closed."""
-        return self._closed.is_set()
+    def _proxy(self) -> ClientProxy:
+        return ClientProxy(self._state)
 
     def wait_closed(self, timeout: float | None = None) -> bool:
         """Block until the connection is closed (client gone, or :meth:`close`)."""
         return self._closed.wait(timeout)
-
-    def cancel_turns(self) -> None:
-        """Cancel every active prompt turn (and any that starts from now on), as if the client
-        had sent ``session/cancel`` for each: handlers wake and answer ``cancelled``. For a
-        server shutting down gracefully."""
-        self._state.turns.cancel_all(closing=True)
 
     def close(self, graceful: bool = False, timeout: float | None = 5.0) -> None:
         """Close this connection; idempotent.
@@ -147,47 +135,19 @@ class AgentConnection:
         self._state.turns.cancel_all(closing=True)
         self.close(graceful=True, timeout=self._spec.close_timeout)
 
-    def __repr__(self) -> str:
-        return f"<AgentConnection {self.name}{' closed' if self.is_closed else ''}>"
 
-
-class SyncAgent:
+class SyncAgent(AgentBase[AgentConnection]):
     """A built agent. Serve it with :meth:`serve_stdio`, :meth:`serve`, :meth:`connect` or
     :meth:`serve_in_process`; ``with agent:`` (or :meth:`close`) closes every connection."""
-
-    _ids = itertools.count(1)
-
-    def __init__(self, spec: AgentSpec) -> None:
-        self._spec = spec
-        self._lock = threading.Lock()
-        self._connections: set[AgentConnection] = set()
-        self._closed = False
 
     @staticmethod
     def builder() -> SyncAgentBuilder:
         """A new builder."""
         return SyncAgentBuilder()
 
-    @property
-    def name(self) -> str:
-        """The name connections and logs use (from ``agent_info``)."""
-        return self._spec.name
-
-    @property
-    def spec(self) -> AgentSpec:
-        """The configuration fixed by ``build()`` (capabilities, handlers, options)."""
-        return self._spec
-
-    @property
-    def connections(self) -> list[AgentConnection]:
-        """The connections currently open."""
-        with self._lock:
-            return list(self._connections)
-
     def connect(self, transport: Transport) -> AgentConnection:
         """Start serving ``transport`` in the background; returns its handle at once."""
-        name = f"{self._spec.name}-{next(self._ids)}"
-        handle = AgentConnection(self, self._spec, transport, name)
+        handle = AgentConnection(self, self._spec, transport, self._next_name())
         with self._lock:
             if self._closed:
                 transport.close()
@@ -226,10 +186,6 @@ class SyncAgent:
             handle._cancel_all()
         for handle in connections:
             handle.close(graceful=False, timeout=timeout)
-
-    def _forget(self, handle: AgentConnection) -> None:
-        with self._lock:
-            self._connections.discard(handle)
 
     def __enter__(self) -> SyncAgent:
         return self
@@ -270,40 +226,6 @@ class SyncAgent:
             self,
             host,
             port,
-            path=path,
-            origins=origins,
-            authenticate=authenticate,
-            max_connections=max_connections,
-            max_message_bytes=max_message_bytes,
-            idle_timeout=idle_timeout,
-            **options,
-        )
-
-    def asgi_app(
-        self,
-        *,
-        path: str | None = "/acp",
-        origins: Iterable[str] | None = None,
-        authenticate: Authenticator | None = None,
-        max_connections: int = 1024,
-        max_message_bytes: int = 64 * 1024 * 1024,
-        idle_timeout: float | None = 300.0,
-        **options: Any,
-    ) -> AcpAsgiApp:
-        """An ASGI application serving this agent over Streamable HTTP and WebSocket on
-        ``path``: run it under any ASGI server (uvicorn, hypercorn for HTTP/2) or mount it in
-        an ASGI framework. Each ACP connection is one connection of this agent (see
-        :meth:`connect`); handlers run on the handler executor, never on the event loop.
-
-        ``idle_timeout``: a connection with no open event stream and no request for that many
-        seconds is closed. The other options are those of :meth:`serve_websocket`, plus
-        ``keepalive``, ``initialize_timeout`` and ``websocket`` (see
-        :class:`acp.transport.http_server.AcpAsgiApp`). Needs no extra package.
-        """
-        from ..transport.http_server import AcpAsgiApp
-
-        return AcpAsgiApp(
-            self,
             path=path,
             origins=origins,
             authenticate=authenticate,

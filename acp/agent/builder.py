@@ -1,4 +1,9 @@
-"""``SyncAgent.builder()``: register handlers, declare what they accept, build the agent.
+"""The agent builders' shared half: register handlers, declare what they accept, check it all.
+
+:class:`AgentBuilder` holds every registration method; ``SyncAgent.builder()`` and
+``AsyncAgent.builder()`` return its two subclasses, which add only ``build()`` and what their
+runtime accepts (the async one also takes ``async def`` handlers). ``build()`` produces an
+:class:`~acp.agent.spec.AgentSpec` (runtime-neutral) and hands it to the runtime.
 
 Registration style is uniform: a REQUEST handler is called ``handler(request, ctx)`` with the
 typed params and an :class:`~acp.agent.AgentRequestContext` (a
@@ -14,60 +19,44 @@ without the leading ``_``; ``build()`` refuses a capability declared without its
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import inspect
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, Union, overload
 
 from typing_extensions import Self
 
 from .. import schema
 from ..capabilities import ARCHIVE_METHODS, derive_agent_capabilities
-from .context import AgentRequestContext, PromptContext
 from .methods import AGENT_HANDLERS
+from .spec import (
+    DEFAULT_CANCEL_GRACE_PERIOD,
+    DEFAULT_CLOSE_TIMEOUT,
+    DEFAULT_REQUEST_TIMEOUT,
+    AgentSpec,
+)
 
 if TYPE_CHECKING:
     from ..schema import unstable as _unstable
-    from .agent import SyncAgent
 
-__all__ = ["SyncAgentBuilder", "AgentSpec", "DEFAULT_CANCEL_GRACE_PERIOD"]
-
-DEFAULT_CANCEL_GRACE_PERIOD = 60.0
-DEFAULT_REQUEST_TIMEOUT = 60.0
-DEFAULT_CLOSE_TIMEOUT = 5.0
+__all__ = ["AgentBuilder", "AgentSpec", "DEFAULT_CANCEL_GRACE_PERIOD", "is_async_callable"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
+C = TypeVar("C")  # the request context a runtime's handlers get
+P = TypeVar("P")  # the prompt context
 
-Handler = Callable[[Any, AgentRequestContext], Any]
-PromptHandler = Callable[[schema.PromptRequest, PromptContext], "schema.PromptResponse | str | None"]
-
-
-@dataclass(frozen=True)
-class AgentSpec:
-    """Everything ``build()`` fixed; shared read-only by every connection of the agent."""
-
-    handlers: dict[str, Callable[..., Any]]  # wire method -> user function
-    ext_requests: dict[str, Callable[[Any, AgentRequestContext], Any]]
-    ext_notifications: dict[str, Callable[[Any], Any]]
-    capabilities: schema.AgentCapabilities
-    auth_methods: tuple[schema.AuthMethod, ...]
-    agent_info: schema.Implementation | None
-    executor: Executor | None
-    request_timeout: float | None
-    cancel_grace_period: float | None
-    max_prompt_duration: float | None
-    close_timeout: float
-    unstable: bool
-    name: str = "acp-agent"
-    extra: dict[str, Any] = field(default_factory=dict)
+MaybeAwaitable = Union[T, Awaitable[T]]
+"""A handler's return: the value, or (on the async builder) an awaitable of it."""
 
 
-class SyncAgentBuilder:
-    """Collects handlers and options; :meth:`build` makes a :class:`~acp.agent.SyncAgent`."""
+class AgentBuilder(Generic[C, P]):
+    """Collects handlers and options (the registration methods of both agent builders);
+    a subclass's ``build()`` turns :meth:`_spec` into its runtime's agent."""
 
     def __init__(self) -> None:
         self._handlers: dict[str, Callable[..., Any]] = {}
-        self._ext_requests: dict[str, Callable[[Any, AgentRequestContext], Any]] = {}
+        self._ext_requests: dict[str, Callable[[Any, C], Any]] = {}
         self._ext_notifications: dict[str, Callable[[Any], Any]] = {}
         self._prompt_caps: schema.PromptCapabilities | None = None
         self._mcp: schema.McpCapabilities | None = None
@@ -91,6 +80,7 @@ class SyncAgentBuilder:
             raise ValueError(f"{name}_handler: the handler is None")
         if not callable(fn):
             raise ValueError(f"{name}_handler: {fn!r} is not callable")
+        self._check_handler(f"{name}_handler", fn)
         if row.unstable and not self._unstable:
             raise ValueError(
                 f"{name}_handler: {row.wire!r} is an unstable ACP method; "
@@ -101,15 +91,18 @@ class SyncAgentBuilder:
         self._handlers[row.wire] = fn
         return self
 
+    def _check_handler(self, what: str, fn: Callable[..., Any]) -> None:
+        """What the runtime refuses of a handler (the sync builder: ``async def``)."""
+
     # ---------------------------------------------------------------- stable methods
 
-    def initialize_handler(self, fn: Callable[[schema.InitializeRequest, AgentRequestContext], schema.InitializeResponse]) -> Self:
+    def initialize_handler(self, fn: Callable[[schema.InitializeRequest, C], MaybeAwaitable[schema.InitializeResponse]]) -> Self:
         """Replace the default ``initialize`` answer. Its answer is used as-is; the SDK still
         records both sides' capabilities for this connection."""
         return self._register("initialize", fn)
 
     def authenticate_handler(
-        self, fn: Callable[[schema.AuthenticateRequest, AgentRequestContext], schema.AuthenticateResponse | None]
+        self, fn: Callable[[schema.AuthenticateRequest, C], MaybeAwaitable[schema.AuthenticateResponse | None]]
     ) -> Self:
         """Handle ``authenticate``; advertise the methods with :meth:`auth_methods`."""
         return self._register("authenticate", fn)
@@ -119,63 +112,63 @@ class SyncAgentBuilder:
         self._auth_methods = tuple(methods)
         return self
 
-    def logout_handler(self, fn: Callable[[schema.LogoutRequest, AgentRequestContext], schema.LogoutResponse | None]) -> Self:
+    def logout_handler(self, fn: Callable[[schema.LogoutRequest, C], MaybeAwaitable[schema.LogoutResponse | None]]) -> Self:
         """Handle ``logout`` (advertises ``auth.logout``)."""
         return self._register("logout", fn)
 
     def new_session_handler(
-        self, fn: Callable[[schema.NewSessionRequest, AgentRequestContext], schema.NewSessionResponse]
+        self, fn: Callable[[schema.NewSessionRequest, C], MaybeAwaitable[schema.NewSessionResponse]]
     ) -> Self:
         """Handle ``session/new``."""
         return self._register("new_session", fn)
 
     def load_session_handler(
-        self, fn: Callable[[schema.LoadSessionRequest, AgentRequestContext], schema.LoadSessionResponse | None]
+        self, fn: Callable[[schema.LoadSessionRequest, C], MaybeAwaitable[schema.LoadSessionResponse | None]]
     ) -> Self:
         """Handle ``session/load`` (advertises ``loadSession``); replay history with
         ``ctx.session(request.session_id).send_update(...)`` before returning."""
         return self._register("load_session", fn)
 
     def list_sessions_handler(
-        self, fn: Callable[[schema.ListSessionsRequest, AgentRequestContext], schema.ListSessionsResponse]
+        self, fn: Callable[[schema.ListSessionsRequest, C], MaybeAwaitable[schema.ListSessionsResponse]]
     ) -> Self:
         """Handle ``session/list`` (advertises ``sessionCapabilities.list``)."""
         return self._register("list_sessions", fn)
 
     def resume_session_handler(
-        self, fn: Callable[[schema.ResumeSessionRequest, AgentRequestContext], schema.ResumeSessionResponse | None]
+        self, fn: Callable[[schema.ResumeSessionRequest, C], MaybeAwaitable[schema.ResumeSessionResponse | None]]
     ) -> Self:
         """Handle ``session/resume`` (advertises ``sessionCapabilities.resume``)."""
         return self._register("resume_session", fn)
 
     def close_session_handler(
-        self, fn: Callable[[schema.CloseSessionRequest, AgentRequestContext], schema.CloseSessionResponse | None]
+        self, fn: Callable[[schema.CloseSessionRequest, C], MaybeAwaitable[schema.CloseSessionResponse | None]]
     ) -> Self:
         """Handle ``session/close`` (advertises ``sessionCapabilities.close``)."""
         return self._register("close_session", fn)
 
     def delete_session_handler(
-        self, fn: Callable[[schema.DeleteSessionRequest, AgentRequestContext], schema.DeleteSessionResponse | None]
+        self, fn: Callable[[schema.DeleteSessionRequest, C], MaybeAwaitable[schema.DeleteSessionResponse | None]]
     ) -> Self:
         """Handle ``session/delete`` (advertises ``sessionCapabilities.delete``)."""
         return self._register("delete_session", fn)
 
     def set_session_mode_handler(
-        self, fn: Callable[[schema.SetSessionModeRequest, AgentRequestContext], schema.SetSessionModeResponse | None]
+        self, fn: Callable[[schema.SetSessionModeRequest, C], MaybeAwaitable[schema.SetSessionModeResponse | None]]
     ) -> Self:
         """Handle ``session/set_mode``."""
         return self._register("set_session_mode", fn)
 
     def set_session_config_option_handler(
         self,
-        fn: Callable[[schema.SetSessionConfigOptionRequest, AgentRequestContext], schema.SetSessionConfigOptionResponse],
+        fn: Callable[[schema.SetSessionConfigOptionRequest, C], MaybeAwaitable[schema.SetSessionConfigOptionResponse]],
     ) -> Self:
         """Handle ``session/set_config_option``."""
         return self._register("set_session_config_option", fn)
 
     def prompt_handler(
         self,
-        fn: PromptHandler,
+        fn: Callable[[schema.PromptRequest, P], MaybeAwaitable[schema.PromptResponse | str | None]],
         image: bool = False,
         audio: bool = False,
         embedded_context: bool = False,
@@ -193,14 +186,16 @@ class SyncAgentBuilder:
         self._prompt_caps = schema.PromptCapabilities(image=image, audio=audio, embedded_context=embedded_context)
         return self
 
-    def cancel_handler(self, fn: Callable[[schema.CancelNotification], None]) -> Self:
-        """An optional hook called on ``session/cancel`` after the SDK cancelled the turn. It
-        runs on the connection's reader thread: keep it short and non-blocking."""
+    def cancel_handler(self, fn: Callable[[schema.CancelNotification], MaybeAwaitable[None]]) -> Self:
+        """An optional hook called on ``session/cancel`` after the SDK cancelled the turn. On a
+        SyncAgent it runs on the connection's reader thread: keep it short and non-blocking (on
+        an AsyncAgent an ``async def`` hook runs as a task of its own, a plain one on the
+        executor)."""
         return self._register("cancel", fn)
 
     # ---------------------------------------------------------------- extensions
 
-    def ext_request_handler(self, name: str, fn: Callable[[Any, AgentRequestContext], Any]) -> Self:
+    def ext_request_handler(self, name: str, fn: Callable[[Any, C], Any]) -> Self:
         """Handle extension request ``name`` (must start with ``_``): ``fn(params, ctx)`` gets
         and returns plain JSON values."""
         self._check_ext(name, fn, self._ext_requests)
@@ -218,6 +213,7 @@ class SyncAgentBuilder:
             raise ValueError(f"extension method names must start with '_': {name!r}")
         if fn is None or not callable(fn):
             raise ValueError(f"extension handler for {name!r} is {fn!r}, not a function")
+        self._check_handler(f"extension handler for {name!r}", fn)
         if name in self._ext_requests or name in self._ext_notifications:
             raise ValueError(f"a handler for extension method {name!r} is already registered")
 
@@ -235,28 +231,28 @@ class SyncAgentBuilder:
     def _names(self) -> list[str]:
         return [row.name for row in AGENT_HANDLERS.values() if row.wire in self._handlers]
 
-    def fork_session_handler(self, fn: Callable[[_unstable.ForkSessionRequest, AgentRequestContext], _unstable.ForkSessionResponse]) -> Self:
+    def fork_session_handler(self, fn: Callable[[_unstable.ForkSessionRequest, C], MaybeAwaitable[_unstable.ForkSessionResponse]]) -> Self:
         """Unstable ``session/fork``."""
         return self._register("fork_session", fn)
 
-    def list_providers_handler(self, fn: Callable[[_unstable.ListProvidersRequest, AgentRequestContext], _unstable.ListProvidersResponse]) -> Self:
+    def list_providers_handler(self, fn: Callable[[_unstable.ListProvidersRequest, C], MaybeAwaitable[_unstable.ListProvidersResponse]]) -> Self:
         """Unstable ``providers/list``."""
         return self._register("list_providers", fn)
 
-    def set_provider_handler(self, fn: Callable[[_unstable.SetProviderRequest, AgentRequestContext], Any]) -> Self:
+    def set_provider_handler(self, fn: Callable[[_unstable.SetProviderRequest, C], Any]) -> Self:
         """Unstable ``providers/set``."""
         return self._register("set_provider", fn)
 
-    def disable_provider_handler(self, fn: Callable[[_unstable.DisableProviderRequest, AgentRequestContext], Any]) -> Self:
+    def disable_provider_handler(self, fn: Callable[[_unstable.DisableProviderRequest, C], Any]) -> Self:
         """Unstable ``providers/disable``."""
         return self._register("disable_provider", fn)
 
-    def mcp_message_handler(self, fn: Callable[[_unstable.MessageMcpRequest, AgentRequestContext], Any]) -> Self:
+    def mcp_message_handler(self, fn: Callable[[_unstable.MessageMcpRequest, C], Any]) -> Self:
         """Unstable ``mcp/message`` (client to agent)."""
         return self._register("mcp_message", fn)
 
     def session_status_handler(
-        self, fn: Callable[[_unstable.SessionStatusRequest, AgentRequestContext], _unstable.SessionStatusResponse]
+        self, fn: Callable[[_unstable.SessionStatusRequest, C], MaybeAwaitable[_unstable.SessionStatusResponse]]
     ) -> Self:
         """Unstable ``session/status`` (advertises ``sessionCapabilities.status``): answer
         ``open`` (in memory) or ``saved`` (resumable) without side effects; raise
@@ -264,7 +260,7 @@ class SyncAgentBuilder:
         return self._register("session_status", fn)
 
     def archive_session_handler(
-        self, fn: Callable[[_unstable.ArchiveSessionRequest, AgentRequestContext], _unstable.ArchiveSessionResponse | None]
+        self, fn: Callable[[_unstable.ArchiveSessionRequest, C], MaybeAwaitable[_unstable.ArchiveSessionResponse | None]]
     ) -> Self:
         """Unstable ``session/archive``; with :meth:`unarchive_session_handler` (both or
         neither) it advertises ``sessionCapabilities.archive``. The SDK cancels the session's
@@ -273,21 +269,21 @@ class SyncAgentBuilder:
 
     def unarchive_session_handler(
         self,
-        fn: Callable[[_unstable.UnarchiveSessionRequest, AgentRequestContext], _unstable.UnarchiveSessionResponse | None],
+        fn: Callable[[_unstable.UnarchiveSessionRequest, C], MaybeAwaitable[_unstable.UnarchiveSessionResponse | None]],
     ) -> Self:
         """Unstable ``session/unarchive`` (see :meth:`archive_session_handler`)."""
         return self._register("unarchive_session", fn)
 
     def set_session_title_handler(
         self,
-        fn: Callable[[_unstable.SetSessionTitleRequest, AgentRequestContext], _unstable.SetSessionTitleResponse],
+        fn: Callable[[_unstable.SetSessionTitleRequest, C], MaybeAwaitable[_unstable.SetSessionTitleResponse]],
     ) -> Self:
         """Unstable ``session/set_title`` (advertises ``sessionCapabilities.title``): store
         the title and answer it as stored (possibly normalised)."""
         return self._register("set_session_title", fn)
 
     def auth_status_handler(
-        self, fn: Callable[[_unstable.AuthStatusRequest, AgentRequestContext], _unstable.AuthStatusResponse]
+        self, fn: Callable[[_unstable.AuthStatusRequest, C], MaybeAwaitable[_unstable.AuthStatusResponse]]
     ) -> Self:
         """Unstable ``auth/status`` (advertises ``auth.status``, which also lets the agent send
         ``auth/status_update`` with ``ctx.client.auth_status_update(...)``). It is answered
@@ -479,10 +475,8 @@ class SyncAgentBuilder:
 
     # ---------------------------------------------------------------- build
 
-    def build(self) -> SyncAgent:
-        """Check the configuration and make the agent."""
-        from .agent import SyncAgent
-
+    def _spec(self) -> AgentSpec:
+        """Check the configuration; the spec a runtime serves."""
         has = self._handlers.__contains__
         if self._prompt_caps is not None and not has("session/prompt"):
             raise ValueError("prompt capabilities were declared but no prompt handler is registered")
@@ -510,7 +504,7 @@ class SyncAgentBuilder:
             system_prompt=self._system_prompt[0],
             system_prompt_override=self._system_prompt[1],
         )
-        spec = AgentSpec(
+        return AgentSpec(
             handlers=dict(self._handlers),
             ext_requests=dict(self._ext_requests),
             ext_notifications=dict(self._ext_notifications),
@@ -525,7 +519,15 @@ class SyncAgentBuilder:
             unstable=self._unstable,
             name=self._name,
         )
-        return SyncAgent(spec)
+
+
+def is_async_callable(fn: object) -> bool:
+    """True for an ``async def`` function (also behind ``functools.partial``, or as the
+    ``__call__`` of an object): the async runtime awaits it on the loop."""
+    if inspect.iscoroutinefunction(fn):
+        return True
+    call = vars(type(fn)).get("__call__")  # an object whose __call__ is async
+    return call is not None and inspect.iscoroutinefunction(call)
 
 
 def _positive_or_none(what: str, seconds: float | None, allow_zero: bool = False) -> float | None:

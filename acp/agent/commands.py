@@ -2,18 +2,20 @@
 
 ACP makes the agent responsible for releasing every terminal it creates. :func:`run_command`
 releases exactly once on every path: normal exit, an error from the client, and a cancelled
-turn (the wait is abandoned, the command killed, then the terminal released).
+turn (the wait is abandoned, the command killed, then the terminal released). It is written as
+steps (see :mod:`acp.agent.client_calls`), so both runtimes run this one implementation.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from .. import schema
 from ..errors import AcpError, RequestCancelledError
-from .client_proxy import ClientProxy
+from .client_calls import ClientCalls, Steps
 
 __all__ = ["CommandResult", "run_command"]
 
@@ -40,13 +42,13 @@ class CommandResult:
 
 
 def run_command(
-    client: ClientProxy,
+    client: ClientCalls,
     session_id: str,
     argv: Sequence[str],
     cwd: str | None = None,
     env: Mapping[str, str] | None = None,
     output_byte_limit: int | None = None,
-) -> CommandResult:
+) -> Steps[CommandResult]:
     """Create a terminal running ``argv``, wait for it, read its output, release it.
 
     Raises :class:`~acp.errors.RequestCancelledError` when the turn is cancelled while waiting
@@ -54,41 +56,28 @@ def run_command(
     """
     if not argv:
         raise ValueError("execute() needs a command")
-    created = client.create_terminal(
-        schema.CreateTerminalRequest(
-            session_id=session_id,
-            command=argv[0],
-            args=list(argv[1:]),
-            cwd=cwd,
-            env=[schema.EnvVariable(name=k, value=v) for k, v in env.items()] if env else None,
-            output_byte_limit=output_byte_limit,
-        )
-    )
+    created = yield from client._create_terminal(create_terminal_request(session_id, argv[0], argv[1:], cwd, env, output_byte_limit))
     terminal_id = created.terminal_id
     # Clean-up goes out even when the turn is cancelled: an uncancellable view of the proxy.
     cleanup = client.uncancellable()
     try:
-        exited = client.wait_for_terminal_exit(
-            schema.WaitForTerminalExitRequest(session_id=session_id, terminal_id=terminal_id)
+        exited = yield from client._terminal_call(
+            "terminal/wait_for_exit",
+            schema.WaitForTerminalExitRequest(session_id=session_id, terminal_id=terminal_id),
+            schema.WaitForTerminalExitResponse,
         )
-        output = client.terminal_output(
-            schema.TerminalOutputRequest(session_id=session_id, terminal_id=terminal_id)
+        output = yield from client._terminal_call(
+            "terminal/output",
+            schema.TerminalOutputRequest(session_id=session_id, terminal_id=terminal_id),
+            schema.TerminalOutputResponse,
         )
     except RequestCancelledError:
-        _best_effort(
-            "terminal/kill",
-            lambda: cleanup.kill_terminal(
-                schema.KillTerminalRequest(session_id=session_id, terminal_id=terminal_id)
-            ),
-        )
+        kill = schema.KillTerminalRequest(session_id=session_id, terminal_id=terminal_id)
+        yield from _best_effort("terminal/kill", cleanup._terminal_call("terminal/kill", kill, schema.KillTerminalResponse))
         raise
     finally:
-        _best_effort(
-            "terminal/release",
-            lambda: cleanup.release_terminal(
-                schema.ReleaseTerminalRequest(session_id=session_id, terminal_id=terminal_id)
-            ),
-        )
+        release = schema.ReleaseTerminalRequest(session_id=session_id, terminal_id=terminal_id)
+        yield from _best_effort("terminal/release", cleanup._release_terminal(release))
     exit_code = exited.exit_code
     signal = exited.signal
     if exit_code is None and signal is None and output.exit_status is not None:
@@ -96,9 +85,28 @@ def run_command(
     return CommandResult(output.output, exit_code, signal, output.truncated)
 
 
-def _best_effort(what: str, call: Callable[[], object]) -> None:
+def create_terminal_request(
+    session_id: str,
+    command: str,
+    args: Sequence[str],
+    cwd: str | None,
+    env: Mapping[str, str] | None,
+    output_byte_limit: int | None,
+) -> schema.CreateTerminalRequest:
+    """The ``terminal/create`` params (``env`` as a mapping)."""
+    return schema.CreateTerminalRequest(
+        session_id=session_id,
+        command=command,
+        args=list(args),
+        cwd=cwd,
+        env=[schema.EnvVariable(name=k, value=v) for k, v in env.items()] if env else None,
+        output_byte_limit=output_byte_limit,
+    )
+
+
+def _best_effort(what: str, steps: Steps[Any]) -> Steps[None]:
     # Clean-up must not hide the error that got us here (or turn a result into an error).
     try:
-        call()
+        yield from steps
     except AcpError as exc:
         _log.debug("%s during clean-up failed: %r", what, exc)

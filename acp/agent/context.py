@@ -4,6 +4,11 @@ for a prompt turn, and :class:`SessionUpdater` for sending a session's updates.
 Each context belongs to one connection: its client proxy, capabilities and terminals are that
 connection's. Calls that block (files, terminals, permission, elicitation) wake when the
 request or turn is cancelled.
+
+The asyncio twins (:mod:`acp.agent.aio_context`) share everything but the waiting:
+``_ContextBase`` and ``_PromptBase`` hold the properties, the updates and the *steps* of every
+request helper (see :mod:`acp.agent.client_calls`); each runtime's class only wraps the steps
+in a blocking or an ``async`` method.
 """
 
 from __future__ import annotations
@@ -16,13 +21,13 @@ from typing import TYPE_CHECKING, Any, Union
 
 from .. import schema
 from ..capabilities import NegotiatedCapabilities
-from ..connection import InboundCall
 from ..errors import RequestCancelledError, RequestError
 from . import permissions
 from .cancellation import CancelToken
+from .client_calls import ClientCalls, Notifier, Steps
 from .client_proxy import ClientProxy
-from .commands import CommandResult, run_command
-from .state import ConnectionState
+from .commands import CommandResult, create_terminal_request, run_command
+from .state import Call, ConnectionState
 from .turns import Turn
 
 if TYPE_CHECKING:
@@ -107,7 +112,7 @@ class _SessionMethods:
     """The update helpers shared by :class:`SessionUpdater` and :class:`PromptContext`."""
 
     session_id: str
-    _client: ClientProxy
+    _client: ClientCalls
 
     def send_update(self, update: schema.SessionUpdate) -> bool:
         """Send one ``session/update``. In a prompt turn, an update sent after the prompt was
@@ -311,15 +316,17 @@ class SessionUpdater(_SessionMethods):
     """Sends ``session/update`` notifications for one session outside a prompt turn (history
     replay in ``session/load``, mode changes, ...)."""
 
-    def __init__(self, session_id: str, client: ClientProxy) -> None:
+    def __init__(self, session_id: str, client: ClientCalls) -> None:
         self.session_id = session_id
         self._client = client
 
 
-class AgentRequestContext:
-    """The context of one request handler (every agent method but ``session/prompt``)."""
+class _ContextBase:
+    """What the request contexts of both runtimes share."""
 
-    def __init__(self, state: ConnectionState, call: InboundCall, token: CancelToken | None = None) -> None:
+    _client: ClientCalls
+
+    def __init__(self, state: ConnectionState, call: Call, token: CancelToken | None = None) -> None:
         self._state = state
         self._call = call
         if token is None:
@@ -327,15 +334,15 @@ class AgentRequestContext:
             token = CancelToken()
             call.on_cancel(lambda: None if token.cancel() else None)
         self._token = token
-        self._client = ClientProxy(state, token, self._gate())
+        self._client = self._make_client(state, token, self._gate())
+
+    def _make_client(
+        self, state: ConnectionState, token: CancelToken, gate: Callable[[Callable[[], None]], bool] | None
+    ) -> ClientCalls:
+        raise NotImplementedError
 
     def _gate(self) -> Callable[[Callable[[], None]], bool] | None:
         return None
-
-    @property
-    def client(self) -> ClientProxy:
-        """Raw typed calls into the client (``ctx.client.read_text_file(...)`` ...)."""
-        return self._client
 
     @property
     def capabilities(self) -> NegotiatedCapabilities:
@@ -353,19 +360,14 @@ class AgentRequestContext:
         return self._call.id
 
     @property
-    def cancelled(self) -> threading.Event:
-        """Set once this request (or prompt turn) is cancelled."""
-        return self._token.event
-
-    @property
     def is_cancelled(self) -> bool:
         """True once this request (or prompt turn) is cancelled."""
         return self._token.is_cancelled
 
     def on_cancel(self, callback: Callable[[], None]) -> Callable[[], None]:
-        """Run ``callback`` on cancellation (at once if already cancelled); it runs on the
-        thread that cancels (often the reader), so keep it short. Returns an unregister
-        function."""
+        """Run ``callback`` on cancellation (at once if already cancelled); it runs where the
+        cancel happens (the reader thread, or the event loop), so keep it short. Returns an
+        unregister function."""
         return self._token.on_cancel(callback)
 
     def session(self, session_id: str) -> SessionUpdater:
@@ -373,15 +375,43 @@ class AgentRequestContext:
         return SessionUpdater(session_id, self._client)
 
 
-class PromptContext(AgentRequestContext, _SessionMethods):
-    """A prompt turn as its handler sees it: streaming updates, calls into the client, and
-    cancellation (``cancelled``, ``is_cancelled``, ``on_cancel``)."""
+class AgentRequestContext(_ContextBase):
+    """The context of one request handler (every agent method but ``session/prompt``)."""
 
-    def __init__(self, state: ConnectionState, call: InboundCall, turn: Turn, request: schema.PromptRequest) -> None:
-        self._turn = turn
-        self.session_id = request.session_id
-        self.request = request
-        super().__init__(state, call, turn.token)
+    _client: ClientProxy
+
+    def __init__(
+        self,
+        state: ConnectionState,
+        call: Call,
+        token: CancelToken | None = None,
+        connection: Notifier | None = None,
+    ) -> None:
+        self._connection = connection  # the threaded bridge, for a blocking handler of an AsyncAgent
+        super().__init__(state, call, token)
+
+    def _make_client(
+        self, state: ConnectionState, token: CancelToken, gate: Callable[[Callable[[], None]], bool] | None
+    ) -> ClientProxy:
+        return ClientProxy(state, token, gate, self._connection)
+
+    @property
+    def client(self) -> ClientProxy:
+        """Raw typed calls into the client (``ctx.client.read_text_file(...)`` ...)."""
+        return self._client
+
+    @property
+    def cancelled(self) -> threading.Event:
+        """Set once this request (or prompt turn) is cancelled."""
+        return self._token.event
+
+
+class _PromptBase(_SessionMethods):
+    """What the prompt contexts of both runtimes share: the prompt, the updates, and the steps
+    of every request helper (wrapped by :class:`PromptContext` and ``AsyncPromptContext``)."""
+
+    _turn: Turn
+    request: schema.PromptRequest
 
     def _gate(self) -> Callable[[Callable[[], None]], bool] | None:
         return self._turn.send
@@ -401,29 +431,144 @@ class PromptContext(AgentRequestContext, _SessionMethods):
         """True once the prompt was answered (later updates are dropped)."""
         return self._turn.answered
 
-    # ---------------------------------------------------------------- files
+    # ---------------------------------------------------------------- steps of the helpers
 
-    def read_file(self, path: str, line: int | None = None, limit: int | None = None) -> str:
-        """The text of ``path`` (``fs/read_text_file``); raises on failure."""
-        response = self._client.read_text_file(
+    def _read_file(self, path: str, line: int | None, limit: int | None) -> Steps[str]:
+        response = yield from self._client._read_text_file(
             schema.ReadTextFileRequest(session_id=self.session_id, path=path, line=line, limit=limit)
         )
         return response.content
 
-    def try_read_file(self, path: str, line: int | None = None, limit: int | None = None) -> str | None:
-        """Like :meth:`read_file`, but None when the client answers with an error. A missing
-        capability and cancellation still raise."""
+    def _try_read_file(self, path: str, line: int | None, limit: int | None) -> Steps[str | None]:
         try:
-            return self.read_file(path, line, limit)
+            return (yield from self._read_file(path, line, limit))
         except RequestError as exc:
             _log.debug("try_read_file(%r): %r", path, exc)
             return None
 
-    def write_file(self, path: str, content: str) -> None:
-        """Write ``content`` to ``path`` (``fs/write_text_file``)."""
-        self._client.write_text_file(
+    def _write_file(self, path: str, content: str) -> Steps[None]:
+        yield from self._client._write_text_file(
             schema.WriteTextFileRequest(session_id=self.session_id, path=path, content=content)
         )
+
+    def _ask_permission(
+        self,
+        action: str,
+        kind: str,
+        content: _ToolContent | None,
+        locations: Sequence[schema.ToolCallLocation] | None,
+        raw_input: Any,
+        name: str | None,
+    ) -> Steps[bool]:
+        return permissions.ask_permission(
+            self,
+            self._client,
+            action,
+            kind,
+            _tool_content(content),
+            list(locations) if locations is not None else None,
+            raw_input,
+            name=name,
+        )
+
+    def _ask_choice(self, question: str, options: Sequence[str], name: str | None) -> Steps[str | None]:
+        return permissions.ask_choice(self, self._client, question, options, name=name)
+
+    def _elicit(
+        self,
+        message: str,
+        requested_schema: schema.ElicitationSchema | Mapping[str, Any],
+        tool_call_id: str | None,
+    ) -> Steps[schema.CreateElicitationResponse]:
+        if not isinstance(requested_schema, schema.ElicitationSchema):
+            requested_schema = schema.decoder(schema.ElicitationSchema).decode(
+                schema.encode(dict(requested_schema))
+            )
+        request = schema.CreateElicitationRequestForm(
+            message=message,
+            requested_schema=requested_schema,
+            session_id=self.session_id,
+            tool_call_id=tool_call_id,
+        )
+        try:
+            return (yield from self._client._create_elicitation(request))
+        except RequestCancelledError:
+            return schema.CreateElicitationResponseCancel()
+
+    def _execute(
+        self, argv: Sequence[str], cwd: str | None, env: Mapping[str, str] | None, output_byte_limit: int | None
+    ) -> Steps[CommandResult]:
+        return run_command(self._client, self.session_id, argv, cwd, env, output_byte_limit)
+
+    def _create_terminal(
+        self,
+        command: str,
+        args: Sequence[str],
+        cwd: str | None,
+        env: Mapping[str, str] | None,
+        output_byte_limit: int | None,
+    ) -> Steps[str]:
+        request = create_terminal_request(self.session_id, command, args, cwd, env, output_byte_limit)
+        response = yield from self._client._create_terminal(request)
+        return response.terminal_id
+
+    def _terminal_output(self, terminal_id: str) -> Steps[schema.TerminalOutputResponse]:
+        request = schema.TerminalOutputRequest(session_id=self.session_id, terminal_id=terminal_id)
+        output: schema.TerminalOutputResponse = yield from self._client._terminal_call(
+            "terminal/output", request, schema.TerminalOutputResponse
+        )
+        return output
+
+    def _wait_for_terminal_exit(self, terminal_id: str) -> Steps[schema.WaitForTerminalExitResponse]:
+        request = schema.WaitForTerminalExitRequest(session_id=self.session_id, terminal_id=terminal_id)
+        exited: schema.WaitForTerminalExitResponse = yield from self._client._terminal_call(
+            "terminal/wait_for_exit", request, schema.WaitForTerminalExitResponse
+        )
+        return exited
+
+    def _kill_terminal(self, terminal_id: str) -> Steps[None]:
+        request = schema.KillTerminalRequest(session_id=self.session_id, terminal_id=terminal_id)
+        yield from self._client._terminal_call("terminal/kill", request, schema.KillTerminalResponse)
+
+    def _release_terminal(self, terminal_id: str) -> Steps[None]:
+        # Goes out even after the turn was cancelled.
+        request = schema.ReleaseTerminalRequest(session_id=self.session_id, terminal_id=terminal_id)
+        yield from self._client.uncancellable()._release_terminal(request)
+
+
+class PromptContext(_PromptBase, AgentRequestContext):
+    """A prompt turn as its handler sees it: streaming updates, calls into the client, and
+    cancellation (``cancelled``, ``is_cancelled``, ``on_cancel``)."""
+
+    _client: ClientProxy
+
+    def __init__(
+        self,
+        state: ConnectionState,
+        call: Call,
+        turn: Turn,
+        request: schema.PromptRequest,
+        connection: Notifier | None = None,
+    ) -> None:
+        self._turn = turn
+        self.session_id = request.session_id
+        self.request = request
+        super().__init__(state, call, turn.token, connection)
+
+    # ---------------------------------------------------------------- files
+
+    def read_file(self, path: str, line: int | None = None, limit: int | None = None) -> str:
+        """The text of ``path`` (``fs/read_text_file``); raises on failure."""
+        return self._client._run(self._read_file(path, line, limit))
+
+    def try_read_file(self, path: str, line: int | None = None, limit: int | None = None) -> str | None:
+        """Like :meth:`read_file`, but None when the client answers with an error. A missing
+        capability and cancellation still raise."""
+        return self._client._run(self._try_read_file(path, line, limit))
+
+    def write_file(self, path: str, content: str) -> None:
+        """Write ``content`` to ``path`` (``fs/write_text_file``)."""
+        self._client._run(self._write_file(path, content))
 
     # ---------------------------------------------------------------- permission
 
@@ -440,21 +585,12 @@ class PromptContext(AgentRequestContext, _SessionMethods):
         """Ask the user to allow ``action``: True only if allowed; False when rejected or
         cancelled. Announces a ``tool_call`` (pending; ``name``: the tool's name) first and
         settles it afterwards."""
-        return permissions.ask_permission(
-            self,
-            self._client,
-            action,
-            kind,
-            _tool_content(content),
-            list(locations) if locations is not None else None,
-            raw_input,
-            name=name,
-        )
+        return self._client._run(self._ask_permission(action, kind, content, locations, raw_input, name))
 
     def ask_choice(self, question: str, *options: str, name: str | None = None) -> str | None:
         """Ask the user to pick one of ``options``; the chosen text, or None when cancelled.
         ``name``: the tool name of the ``tool_call`` it announces."""
-        return permissions.ask_choice(self, self._client, question, options, name=name)
+        return self._client._run(self._ask_choice(question, options, name))
 
     def elicit(
         self,
@@ -468,20 +604,7 @@ class PromptContext(AgentRequestContext, _SessionMethods):
         Returns the client's answer (accept with content, decline, or cancel); a cancelled
         turn answers as ``CreateElicitationResponseCancel``.
         """
-        if not isinstance(requested_schema, schema.ElicitationSchema):
-            requested_schema = schema.decoder(schema.ElicitationSchema).decode(
-                schema.encode(dict(requested_schema))
-            )
-        request = schema.CreateElicitationRequestForm(
-            message=message,
-            requested_schema=requested_schema,
-            session_id=self.session_id,
-            tool_call_id=tool_call_id,
-        )
-        try:
-            return self._client.create_elicitation(request)
-        except RequestCancelledError:
-            return schema.CreateElicitationResponseCancel()
+        return self._client._run(self._elicit(message, requested_schema, tool_call_id))
 
     # ---------------------------------------------------------------- terminals
 
@@ -495,7 +618,7 @@ class PromptContext(AgentRequestContext, _SessionMethods):
         """Run a command in a client terminal and wait for it; the terminal is released
         exactly once on every path. Raises RequestCancelledError if the turn is cancelled
         while it runs (the command is killed and released first)."""
-        return run_command(self._client, self.session_id, argv, cwd, env, output_byte_limit)
+        return self._client._run(self._execute(argv, cwd, env, output_byte_limit))
 
     def create_terminal(
         self,
@@ -506,39 +629,21 @@ class PromptContext(AgentRequestContext, _SessionMethods):
         output_byte_limit: int | None = None,
     ) -> str:
         """``terminal/create``; returns the terminal id (release it with :meth:`release_terminal`)."""
-        response = self._client.create_terminal(
-            schema.CreateTerminalRequest(
-                session_id=self.session_id,
-                command=command,
-                args=list(args),
-                cwd=cwd,
-                env=[schema.EnvVariable(name=k, value=v) for k, v in env.items()] if env else None,
-                output_byte_limit=output_byte_limit,
-            )
-        )
-        return response.terminal_id
+        return self._client._run(self._create_terminal(command, args, cwd, env, output_byte_limit))
 
     def terminal_output(self, terminal_id: str) -> schema.TerminalOutputResponse:
         """``terminal/output``: the output so far and, once exited, the exit status."""
-        return self._client.terminal_output(
-            schema.TerminalOutputRequest(session_id=self.session_id, terminal_id=terminal_id)
-        )
+        return self._client._run(self._terminal_output(terminal_id))
 
     def wait_for_terminal_exit(self, terminal_id: str) -> schema.WaitForTerminalExitResponse:
         """``terminal/wait_for_exit``: blocks until the command exits (or the turn is cancelled)."""
-        return self._client.wait_for_terminal_exit(
-            schema.WaitForTerminalExitRequest(session_id=self.session_id, terminal_id=terminal_id)
-        )
+        return self._client._run(self._wait_for_terminal_exit(terminal_id))
 
     def kill_terminal(self, terminal_id: str) -> None:
         """``terminal/kill``: stop the command, keep the terminal."""
-        self._client.kill_terminal(
-            schema.KillTerminalRequest(session_id=self.session_id, terminal_id=terminal_id)
-        )
+        self._client._run(self._kill_terminal(terminal_id))
 
     def release_terminal(self, terminal_id: str) -> None:
         """``terminal/release``: kill the command if running and free the terminal. This
         goes out even after the turn was cancelled."""
-        self._client.uncancellable().release_terminal(
-            schema.ReleaseTerminalRequest(session_id=self.session_id, terminal_id=terminal_id)
-        )
+        self._client._run(self._release_terminal(terminal_id))

@@ -5,6 +5,7 @@ call up by id finds it, then ``session/request_permission``, then settle the too
 ``tool_call_update``: ``completed`` once an allowing option was chosen, ``failed`` when a
 rejecting one was (``reject_once`` / ``reject_always``: an editor must not show a denied edit as
 done) or when cancelled (by the client's ``cancelled`` outcome or by this turn's cancellation).
+Written as steps (see :mod:`acp.agent.client_calls`) that both runtimes drive.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any, Protocol
 
 from .. import schema
 from ..errors import INTERNAL_ERROR, RequestError
-from .client_proxy import ClientProxy
+from .client_calls import ClientCalls, Steps
 
 __all__ = ["ALLOW_OPTION_ID", "REJECT_OPTION_ID", "ask_permission", "ask_choice", "new_tool_call_id"]
 
@@ -39,7 +40,7 @@ def new_tool_call_id() -> str:
 
 def _ask(
     updates: _Updates,
-    client: ClientProxy,
+    client: ClientCalls,
     title: str,
     kind: str,
     options: list[schema.PermissionOption],
@@ -47,7 +48,7 @@ def _ask(
     locations: list[schema.ToolCallLocation] | None,
     raw_input: Any,
     name: str | None = None,
-) -> tuple[str, str | None]:
+) -> Steps[tuple[str, str | None]]:
     """Announce, ask, settle. Returns (tool_call_id, chosen option id or None if cancelled);
     an option id that was never offered raises -32603 naming it (after settling as failed)."""
     tool_call_id = new_tool_call_id()
@@ -64,7 +65,7 @@ def _ask(
         )
     )
     try:
-        response = client.request_permission(
+        response = yield from client._request_permission(
             schema.RequestPermissionRequest(
                 session_id=updates.session_id,
                 tool_call=schema.ToolCallUpdate(
@@ -107,7 +108,7 @@ def _settle(updates: _Updates, tool_call_id: str, status: str) -> None:
 
 def ask_permission(
     updates: _Updates,
-    client: ClientProxy,
+    client: ClientCalls,
     action: str,
     kind: str = schema.ToolKinds.OTHER,
     content: list[schema.ToolCallContent] | None = None,
@@ -115,7 +116,7 @@ def ask_permission(
     raw_input: Any = None,
     *,
     name: str | None = None,
-) -> bool:
+) -> Steps[bool]:
     """True only when the client chose "allow"."""
     options = [
         schema.PermissionOption(
@@ -125,13 +126,13 @@ def ask_permission(
             option_id=REJECT_OPTION_ID, name="Reject", kind=schema.PermissionOptionKinds.REJECT_ONCE
         ),
     ]
-    _, chosen = _ask(updates, client, action, kind, options, content, locations, raw_input, name)
+    _, chosen = yield from _ask(updates, client, action, kind, options, content, locations, raw_input, name)
     return chosen == ALLOW_OPTION_ID
 
 
 def ask_choice(
-    updates: _Updates, client: ClientProxy, question: str, choices: Sequence[str], *, name: str | None = None
-) -> str | None:
+    updates: _Updates, client: ClientCalls, question: str, choices: Sequence[str], *, name: str | None = None
+) -> Steps[str | None]:
     """The text of the option the client chose, or None when cancelled."""
     if not choices:
         raise ValueError("ask_choice() needs at least one option")
@@ -141,5 +142,5 @@ def ask_choice(
         )
         for index, choice in enumerate(choices)
     ]
-    _, chosen = _ask(updates, client, question, schema.ToolKinds.OTHER, options, None, None, None, name)
+    _, chosen = yield from _ask(updates, client, question, schema.ToolKinds.OTHER, options, None, None, None, name)
     return None if chosen is None else choices[int(chosen)]

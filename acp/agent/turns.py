@@ -26,12 +26,20 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import schema
-from ..connection import InboundCall, TimerHandle
 from ..errors import INVALID_REQUEST, REQUEST_CANCELLED, RequestError
 from .cancellation import CancelToken
+
+if TYPE_CHECKING:
+    from .state import Call
+
+
+class TimerHandle(Protocol):
+    """A timer of either runtime (``connection.call_later``)."""
+
+    def cancel(self) -> None: ...
 
 __all__ = ["Turn", "TurnRegistry"]
 
@@ -41,9 +49,9 @@ _log = logging.getLogger("acp.agent")
 class Turn:
     """One active prompt turn of one session on one connection."""
 
-    __slots__ = ("session_id", "call", "token", "_lock", "_answered", "_registry", "_timers", "_done")
+    __slots__ = ("session_id", "call", "token", "task", "_lock", "_answered", "_registry", "_timers", "_done", "_waiters")
 
-    def __init__(self, session_id: str, call: InboundCall, registry: TurnRegistry) -> None:
+    def __init__(self, session_id: str, call: Call, registry: TurnRegistry) -> None:
         self.session_id = session_id
         self.call = call
         self.token = CancelToken()
@@ -52,6 +60,9 @@ class Turn:
         self._registry = registry
         self._timers: list[TimerHandle] = []
         self._done: threading.Event | None = None  # made by the first wait_answered()
+        self._waiters: list[Callable[[], None]] | None = None  # when_answered() callbacks
+        self.task: Any = None
+        """The asyncio runtime: the task of an ``async def`` handler (cancelled with the turn)."""
 
     @property
     def answered(self) -> bool:
@@ -89,6 +100,17 @@ class Turn:
                 self._done = threading.Event()
             done = self._done
         return done.wait(timeout)
+
+    def when_answered(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` once the turn is answered (at once if it is), where it is answered;
+        the asyncio runtime's way to wait without blocking."""
+        with self._lock:
+            if not self._answered:
+                if self._waiters is None:
+                    self._waiters = []
+                self._waiters.append(callback)
+                return
+        callback()
 
     def answer(self, result: Any = None, error: RequestError | None = None) -> bool:
         """Answer the prompt now (grace period, deadline, session/close, or a cancelled turn's
@@ -130,6 +152,9 @@ class Turn:
         self._answered = True
         if self._done is not None:
             self._done.set()
+        waiters, self._waiters = self._waiters, None
+        for callback in waiters or ():
+            callback()  # (the asyncio runtime's: it only resolves a future)
 
     def add_timer(self, handle: TimerHandle) -> None:
         """Cancel ``handle`` when the turn ends (its grace or deadline timer)."""
@@ -162,7 +187,7 @@ class TurnRegistry:
         self._turns: dict[str, Turn] = {}
         self._closed = False
 
-    def begin(self, session_id: str, call: InboundCall) -> Turn:
+    def begin(self, session_id: str, call: Call) -> Turn:
         """Start the turn of ``call``; -32600 (data ``{"sessionId"}``) if one is active."""
         with self._lock:
             if session_id in self._turns:
@@ -210,14 +235,24 @@ class TurnRegistry:
         """``session/close``: cancel the session's turn (as ``session/cancel`` does), give its
         handler up to ``wait`` seconds to answer, then answer ``cancelled`` if it has not. On
         return the turn's answer is on the wire."""
+        turn = self.begin_close(session_id)
+        if turn is not None:
+            turn.wait_answered(wait)
+            self.end_close(turn, wait)
+
+    def begin_close(self, session_id: str) -> Turn | None:
+        """The first half of :meth:`close_session`: cancel the session's turn, if any; the
+        caller then waits (up to its bound) for the turn to be answered, then calls
+        :meth:`end_close`."""
         turn = self._turns.get(session_id)
-        if turn is None:
-            return
-        self._cancel(turn)
-        if not turn.wait_answered(wait) and turn.answer(
-            schema.PromptResponse(stop_reason=schema.StopReasons.CANCELLED)
-        ):
-            _log.info("session %s closed: its turn did not end within %s s; answered 'cancelled'", session_id, wait)
+        if turn is not None:
+            self._cancel(turn)
+        return turn
+
+    def end_close(self, turn: Turn, wait: float | None) -> None:
+        """The second half of :meth:`close_session`: answer ``cancelled`` if nobody has."""
+        if turn.answer(schema.PromptResponse(stop_reason=schema.StopReasons.CANCELLED)):
+            _log.info("session %s closed: its turn did not end within %s s; answered 'cancelled'", turn.session_id, wait)
 
     def abort_all(self) -> None:
         """The connection is closed: end every turn (later updates are dropped)."""

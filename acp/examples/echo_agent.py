@@ -43,14 +43,16 @@ class EchoAgent:
             self._sessions.add(session_id)
         return schema.NewSessionResponse(session_id=session_id)
 
+    def check_session(self, session_id: str) -> None:
+        """Refuse a session this agent did not create (-32002, resource not found)."""
+        with self._lock:
+            known = session_id in self._sessions
+        if not known:
+            raise acp.RequestError(RESOURCE_NOT_FOUND, f"Unknown session {session_id!r}", {"sessionId": session_id})
+
     def prompt(self, request: schema.PromptRequest, ctx: acp.PromptContext) -> str:
         """Stream the prompt's text back as ``agent_message_chunk`` updates, then ``end_turn``."""
-        with self._lock:
-            known = request.session_id in self._sessions
-        if not known:
-            raise acp.RequestError(
-                RESOURCE_NOT_FOUND, f"Unknown session {request.session_id!r}", {"sessionId": request.session_id}
-            )
+        self.check_session(request.session_id)
         return echo(ctx.prompt_text, ctx)
 
 

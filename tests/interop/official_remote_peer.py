@@ -3,7 +3,8 @@
 Runs in benchmarks/.venv-official (its import name is also ``acp``), as a subprocess of
 tests/test_interop_remote.py. Two modes:
 
-``client --transport ws|http --url URL --config JSON|-`` (``-``: the JSON on stdin)
+``client --transport ws|http --url URL --config JSON|-`` (``-``: the JSON on stdin), or
+``client --transport stdio --config ...`` to spawn the agent ``config["agent"]`` (an argv)
     Drives an agent with the official SDK's client (``acp.ws.create_websocket_stream`` or
     ``acp.http.create_http_stream``) through the steps of ``--config`` and prints one JSON summary
     line on stdout. Every step has its own timeout; a failed step is recorded, never hangs.
@@ -198,18 +199,36 @@ def _texts(updates: list[dict[str, Any]], session_id: str, start: int) -> list[s
     ]
 
 
-async def run_client(transport_kind: str, url: str, config: dict[str, Any]) -> dict[str, Any]:
-    summary: dict[str, Any] = {"steps": []}
+async def run_stdio_client(config: dict[str, Any]) -> dict[str, Any]:
+    """The same client over stdio: it spawns ``config["agent"]`` (an argv) with the SDK's
+    ``spawn_stdio_transport``."""
+    from acp.transports import spawn_stdio_transport
+
     client = PeerClient(config.get("files", {}), config.get("permission"))
-    if transport_kind == "ws":
-        from acp.ws import create_websocket_stream
+    async with spawn_stdio_transport(*config["agent"], shutdown_timeout=STEP_TIMEOUT) as (reader, writer, process):
+        summary = await run_client("stdio", "", config, (client, connect_to_agent(client, writer, reader)))
+    # Leaving the block closed the agent's stdin and waited for it (killing it only if it lingered).
+    summary["agent_exit"] = process.returncode
+    return summary
 
-        transport = await asyncio.wait_for(create_websocket_stream(url), STEP_TIMEOUT)
+
+async def run_client(
+    transport_kind: str, url: str, config: dict[str, Any], made: tuple[PeerClient, Any] | None = None
+) -> dict[str, Any]:
+    summary: dict[str, Any] = {"steps": []}
+    if made is not None:
+        client, conn = made
     else:
-        from acp.http import create_http_stream
+        client = PeerClient(config.get("files", {}), config.get("permission"))
+        if transport_kind == "ws":
+            from acp.ws import create_websocket_stream
 
-        transport = create_http_stream(url)
-    conn = connect_to_agent(client, transport)
+            transport = await asyncio.wait_for(create_websocket_stream(url), STEP_TIMEOUT)
+        else:
+            from acp.http import create_http_stream
+
+            transport = create_http_stream(url)
+        conn = connect_to_agent(client, transport)
     session_id: str | None = None
     step_timeout = float(config.get("step_timeout", STEP_TIMEOUT))
 
@@ -287,8 +306,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="mode", required=True)
     client = sub.add_parser("client")
-    client.add_argument("--transport", choices=["ws", "http"], required=True)
-    client.add_argument("--url", required=True)
+    client.add_argument("--transport", choices=["ws", "http", "stdio"], required=True)
+    client.add_argument("--url", default="", help="ws/http only (stdio: config's \"agent\" argv)")
     client.add_argument("--config", default="{}", help="JSON, or - to read it from stdin")
     sub.add_parser("serve")
     args = parser.parse_args()
@@ -297,7 +316,10 @@ def main() -> None:
         return
     try:
         config = json.loads(sys.stdin.read() if args.config == "-" else args.config)
-        summary = asyncio.run(run_client(args.transport, args.url, config))
+        if args.transport == "stdio":
+            summary = asyncio.run(run_stdio_client(config))
+        else:
+            summary = asyncio.run(run_client(args.transport, args.url, config))
     except BaseException as exc:  # noqa: BLE001 - the summary is the test's only window
         summary = {"fatal": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc(limit=8)}
     print(json.dumps(summary), flush=True)

@@ -1,0 +1,249 @@
+"""The agent -> client calls, written once for both runtimes.
+
+Each request is a small generator (its *steps*): it checks what the client advertised on this
+connection (raising :class:`~acp.errors.CapabilityError` before anything is sent), yields one
+:class:`ClientCall` per request it needs, and interprets the answers. A runtime drives the
+steps: :class:`~acp.agent.ClientProxy` performs each call by blocking on the threaded
+connection, :class:`~acp.agent.AsyncClientProxy` by awaiting the asyncio one. Answers are sent
+back into the generator, errors thrown into it (a cancelled call as
+:class:`~acp.errors.RequestCancelledError` in both runtimes), so clean-up written here with
+``try``/``except``/``finally`` runs the same way in both. Notifications never wait: they are
+plain methods here, shared as they are.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar
+
+from .. import schema
+from ..capabilities import UPDATE_CAPABILITY, NegotiatedCapabilities, gated_update_tag
+from ..errors import CapabilityError, RequestCancelledError
+from .state import ConnectionState
+
+if TYPE_CHECKING:
+    from ..schema import unstable as _unstable
+
+__all__ = ["ClientCall", "ClientCalls", "Steps", "Notifier"]
+
+_log = logging.getLogger("acp.agent")
+
+T = TypeVar("T")
+
+DEFAULT: Any = object()
+"""A :class:`ClientCall` timeout meaning "the connection's request timeout"."""
+
+# Calls that wait on a human or on a command: no default timeout (the turn's cancel still
+# wakes them, and max_prompt_duration bounds a whole turn).
+_UNBOUNDED = frozenset({"session/request_permission", "terminal/wait_for_exit", "elicitation/create"})
+
+# Session updates of the unstable schema: sent only after the agent's opt-in.
+_UNSTABLE_UPDATE_TAGS = frozenset({"subagent_update", "session_message", "session_message_chunk"})
+
+
+@dataclass(frozen=True)
+class ClientCall:
+    """One request the steps want answered. ``abandon``: a cancelled turn abandons the call
+    (``$/cancel_request``); False for calls whose answer must not be lost (a created terminal's
+    id). ``refuse``: a turn already cancelled refuses it before sending; False for clean-up."""
+
+    method: str
+    params: Any
+    result_type: Any
+    timeout: float | None = DEFAULT
+    abandon: bool = True
+    refuse: bool = True
+
+    def timeout_for(self, default: float | None) -> float | None:
+        """The timeout to use, given the connection's ``request_timeout``."""
+        if self.timeout is not DEFAULT:
+            return self.timeout
+        return None if self.method in _UNBOUNDED else default
+
+
+Steps = Generator[ClientCall, Any, T]
+"""Runtime-neutral steps: yield calls, receive their results, return a value."""
+
+
+class Notifier(Protocol):
+    """What the calls need of a runtime connection to send notifications (never blocks)."""
+
+    request_timeout: float | None
+
+    def notify(self, method: str, params: Any = None) -> None: ...
+
+
+class ClientCalls:
+    """The client's methods for one connection (and optionally one prompt turn): the shared
+    half of :class:`~acp.agent.ClientProxy` and :class:`~acp.agent.AsyncClientProxy`."""
+
+    def __init__(
+        self,
+        state: ConnectionState,
+        gate: Callable[[Callable[[], None]], bool] | None = None,
+        connection: Notifier | None = None,
+        cancellable: bool = True,
+    ) -> None:
+        self._state = state
+        self._gate = gate  # the turn's "send unless answered", for session/update
+        self._connection: Notifier = connection if connection is not None else state.connection
+        self._cancellable = cancellable
+
+    @property
+    def capabilities(self) -> NegotiatedCapabilities:
+        """What was negotiated in ``initialize`` on this connection."""
+        return self._state.capabilities
+
+    def uncancellable(self) -> ClientCalls:
+        """The same proxy without cancellation, for clean-up calls that must go out even after
+        the turn was cancelled (releasing a terminal)."""
+        raise NotImplementedError
+
+    # ---------------------------------------------------------------- plumbing
+
+    def _op(self, method: str, params: Any, result_type: Any, timeout: float | None = DEFAULT,
+            abandon: bool = True) -> ClientCall:
+        # An uncancellable proxy (clean-up) neither refuses nor abandons its calls.
+        cancellable = self._cancellable
+        return ClientCall(method, params, result_type, timeout, abandon and cancellable, cancellable)
+
+    def _require(self, method: str) -> None:
+        self._state.capabilities.require_client_method(method)
+
+    def _require_unstable(self, method: str) -> None:
+        if not self._state.unstable:
+            raise CapabilityError(
+                f"{method} is an unstable ACP method: opt in with .unstable(True) on the agent builder"
+            )
+
+    # ---------------------------------------------------------------- notifications
+
+    def session_update(self, notification: schema.SessionNotification) -> bool:
+        """``session/update``; False (nothing sent) if this turn was already answered.
+
+        Raises :class:`CapabilityError` (nothing sent) for an update kind the client did not
+        advertise: ``notice`` needs ``session.notices``, ``compaction_update`` /
+        ``compaction_summary_chunk`` need ``session.compaction``, and the unstable
+        ``subagent_update`` / ``session_message*`` need ``subagents`` (and the opt-in).
+        """
+        tag = gated_update_tag(notification.update)
+        if tag is not None:  # baseline kinds (chunks, tool calls...) need nothing
+            what = f"session/update {tag!r}"
+            if tag in _UNSTABLE_UPDATE_TAGS:
+                self._require_unstable(what)
+            self._state.capabilities.require(UPDATE_CAPABILITY[tag], what)
+        connection = self._connection
+
+        def emit() -> None:
+            connection.notify("session/update", notification)
+
+        if self._gate is None:
+            emit()
+            return True
+        if self._gate(emit):
+            return True
+        _log.debug("session %s: update after the prompt was answered; dropped", notification.session_id)
+        return False
+
+    def complete_elicitation(self, notification: schema.CompleteElicitationNotification) -> None:
+        """``elicitation/complete`` notification (needs URL-mode elicitation)."""
+        self._require("elicitation/complete")
+        self._connection.notify("elicitation/complete", notification)
+
+    def ext_notification(self, method: str, params: Any = None) -> None:
+        """An extension notification (``method`` must start with ``_``)."""
+        _check_ext(method)
+        self._connection.notify(method, params)
+
+    def auth_status_update(self, notification: _unstable.AuthStatusUpdateNotification) -> bool:
+        """Unstable ``auth/status_update``: tell the client the agent's authentication state
+        changed. Needs ``.unstable(True)`` and an ``auth_status`` handler (it advertises
+        ``auth.status``). As the spec asks, a status equal to the last one sent on this
+        connection is not sent again: returns False then, True when sent."""
+        self._require_unstable("auth/status_update")
+        self._state.capabilities.require("auth_status", "auth/status_update")
+        encoded = schema.encode(notification)
+        with self._state.lock:
+            if self._state.last_auth_status == encoded:
+                _log.debug("auth/status_update: same status as last sent; not sent again")
+                return False
+            self._state.last_auth_status = encoded
+            self._connection.notify("auth/status_update", notification)
+        return True
+
+    # ---------------------------------------------------------------- the steps of each request
+
+    def _request_permission(self, request: schema.RequestPermissionRequest) -> Steps[schema.RequestPermissionResponse]:
+        try:
+            result: schema.RequestPermissionResponse = yield self._op(
+                "session/request_permission", request, schema.RequestPermissionResponse
+            )
+        except RequestCancelledError:
+            return schema.RequestPermissionResponse(outcome=schema.CancelledPermissionOutcome())
+        return result
+
+    def _read_text_file(self, request: schema.ReadTextFileRequest) -> Steps[schema.ReadTextFileResponse]:
+        self._require("fs/read_text_file")
+        result: schema.ReadTextFileResponse = yield self._op("fs/read_text_file", request, schema.ReadTextFileResponse)
+        return result
+
+    def _write_text_file(self, request: schema.WriteTextFileRequest) -> Steps[schema.WriteTextFileResponse]:
+        self._require("fs/write_text_file")
+        result: schema.WriteTextFileResponse = yield self._op(
+            "fs/write_text_file", request, schema.WriteTextFileResponse
+        )
+        return result
+
+    def _create_terminal(self, request: schema.CreateTerminalRequest) -> Steps[schema.CreateTerminalResponse]:
+        self._require("terminal/create")
+        # Not abandoned on cancel: the terminal may exist on the client, and only its id lets
+        # the agent release it.
+        result: schema.CreateTerminalResponse = yield self._op(
+            "terminal/create", request, schema.CreateTerminalResponse, abandon=False
+        )
+        self._state.terminals.add(result.terminal_id)
+        return result
+
+    def _terminal_call(self, method: str, request: Any, result_type: Any) -> Steps[Any]:
+        # terminal/output, wait_for_exit, kill: only for a terminal created on this connection.
+        self._require(method)
+        self._state.terminals.require(request.terminal_id, method)
+        return (yield self._op(method, request, result_type))
+
+    def _release_terminal(self, request: schema.ReleaseTerminalRequest) -> Steps[schema.ReleaseTerminalResponse]:
+        self._require("terminal/release")
+        self._state.terminals.release(request.terminal_id)  # forgotten first: released once
+        result: schema.ReleaseTerminalResponse = yield self._op(
+            "terminal/release", request, schema.ReleaseTerminalResponse
+        )
+        return result
+
+    def _create_elicitation(self, request: schema.CreateElicitationRequest) -> Steps[schema.CreateElicitationResponse]:
+        if isinstance(request, schema.CreateElicitationRequestUrl):
+            self._state.capabilities.require("elicitation_url", "elicitation/create (url mode)")
+        elif isinstance(request, schema.CreateElicitationRequestForm):
+            self._state.capabilities.require("elicitation_form", "elicitation/create (form mode)")
+        else:
+            self._require("elicitation/create")
+        result: schema.CreateElicitationResponse = yield self._op(
+            "elicitation/create", request, schema.CreateElicitationResponse
+        )
+        return result
+
+    def _ext_request(self, method: str, params: Any, timeout: float | None) -> Steps[Any]:
+        _check_ext(method)
+        return (yield self._op(method, params, None, timeout))
+
+    def _message_mcp(self, request: _unstable.MessageMcpRequest) -> Steps[_unstable.MessageMcpResponse]:
+        from ..schema import unstable
+
+        self._require_unstable("mcp/message")
+        result: _unstable.MessageMcpResponse = yield self._op("mcp/message", request, unstable.MessageMcpResponse)
+        return result
+
+
+def _check_ext(method: str) -> None:
+    if not method.startswith("_"):
+        raise ValueError(f"extension method names start with '_': {method!r}")
