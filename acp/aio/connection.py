@@ -41,6 +41,7 @@ import functools
 import inspect
 import logging
 import os
+import sys
 from collections import deque
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
@@ -1028,8 +1029,15 @@ class AsyncConnection:
             assert loop is not None
             # No done callback (one more loop callback per request): _run_request removes
             # its task itself; a task cancelled before its first step is removed by cancel().
-            task = call.task = loop.create_task(self._run_request(call, result))
-            self._tasks.add(task)
+            if sys.version_info >= (3, 12):
+                # Eager: the handler runs here up to its first real wait, like a plain
+                # function would (a quick handler is answered without a loop iteration).
+                task = asyncio.Task(self._run_request(call, result), loop=loop, eager_start=True)
+            else:
+                task = loop.create_task(self._run_request(call, result))
+            call.task = task
+            if not task.done():
+                self._tasks.add(task)
             return
         line = ep.answer(call, result)
         if line is not None:
@@ -1045,6 +1053,8 @@ class AsyncConnection:
 
     async def _run_request(self, call: AsyncInboundCall, awaitable: Awaitable[Any]) -> None:
         ep = self._endpoint
+        if call.task is None:  # started eagerly: the task is not assigned yet
+            call.task = asyncio.current_task()
         if _serial.get():
             # The task copied a context marked by a notification handler (a loop callback
             # scheduled from one, e.g. an in-process peer's write): a request handler's own
