@@ -41,6 +41,9 @@ def parse_args() -> argparse.Namespace:
                         help="install the official SDK's venv if missing, and this checkout (non-editable) in "
                              "benchmarks/.venv-installed if missing or stale")
     parser.add_argument("--setup-only", action="store_true", help="do what --setup does, and exit")
+    parser.add_argument("--baseline", metavar="REF",
+                        help="also measure SyncAgent/SyncClient as of git commit REF (installed non-editable in "
+                             "benchmarks/.venv-baseline), as the ours-baseline rows with an ours/ours-baseline ratio")
     parser.add_argument("--json", type=Path, default=RESULTS, help=f"where to write the results ({RESULTS})")
     return parser.parse_args()
 
@@ -66,7 +69,9 @@ def main() -> None:
         if args.setup_only:
             return
     scenarios = [SCENARIOS[name] for name in args.only] if args.only else list(SCENARIOS.values())
-    impls = args.impl or list(IMPLEMENTATIONS)
+    if args.baseline:
+        installed.ensure_baseline(args.baseline)
+    impls = args.impl or [name for name, impl in IMPLEMENTATIONS.items() if not impl.baseline or args.baseline]
     runs = args.runs or (1 if args.quick else 5)
     sizes = {s.name: args.n or (s.n_quick if args.quick else s.n) for s in scenarios}
     results = report.Results(sizes)
@@ -98,6 +103,7 @@ def main() -> None:
         "quick": args.quick,
         "official_sdk": official_venv.version(),
         "ours_install": installed.describe(),
+        "baseline": installed.baseline_ref() if args.baseline else None,
         "implementations": {i: IMPLEMENTATIONS[i].label for i in impls},
         "yardstick": yardstick.missing() or str(yardstick.directory()),
         "cpu": "client_cpu_us / agent_cpu_us: user+sys CPU time (all threads) of each process over the "

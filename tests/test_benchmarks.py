@@ -52,6 +52,8 @@ PAIRS = [
 
 @pytest.mark.parametrize(("scenario", "impl"), PAIRS)
 def test_scenario_completes(scenario: Scenario, impl: str) -> None:
+    if IMPLEMENTATIONS[impl].baseline and IMPLEMENTATIONS[impl].missing():
+        pytest.skip("no baseline installed (benchmarks/run.py --baseline REF)")
     if impl == "official" and IMPLEMENTATIONS[impl].missing():
         pytest.skip("official SDK venv absent (make bench-setup)")
     if IMPLEMENTATIONS[impl].preset is not None:

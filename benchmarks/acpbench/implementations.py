@@ -23,6 +23,7 @@ class Implementation:
     imports: tuple[str, ...]  # import scenario: `import <these>` (the -X importtime cumulative)
     ready: str  # import scenario: a statement that loads what an agent and a client need
     preset: str | None = None  # a yardstick pair with this PROTO_VARIANT
+    baseline: bool = False  # measured only with --baseline REF
 
     @property
     def python(self) -> Path:
@@ -32,6 +33,8 @@ class Implementation:
         """Why this implementation cannot run here (None: it can)."""
         if self.preset is not None:
             return yardstick.missing()
+        if self.baseline and installed.baseline_ref() is None:
+            return "no baseline installed (benchmarks/run.py --baseline REF)"
         if not self.python.exists():
             return f"{self.python} not found (run `make bench-setup`)"
         return None
@@ -64,6 +67,10 @@ def all_implementations() -> tuple[Implementation, ...]:
                        "import acp; acp.SyncAgent, acp.SyncClient, acp.PromptContext, acp.schema"),
         Implementation("ours-async", "acp Async*", ours, PEERS / "ours_async_client.py", ("acp",),
                        "import acp; acp.AsyncAgent, acp.AsyncClient, acp.AsyncPromptContext, acp.schema"),
+        # `--baseline REF`: SyncAgent / SyncClient as of commit REF, on the same peer scripts
+        Implementation("ours-baseline", "acp Sync* baseline", lambda: installed.BASELINE_PYTHON,
+                       PEERS / "ours_client.py", ("acp",),
+                       "import acp; acp.SyncAgent, acp.SyncClient, acp.PromptContext, acp.schema", baseline=True),
         *(_yardstick(preset) for preset in yardstick.PRESETS),
     )
 

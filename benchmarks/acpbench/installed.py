@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import venv
 from pathlib import Path
 
@@ -60,6 +61,41 @@ def ensure() -> Path:
     shutil.rmtree(ROOT / "build", ignore_errors=True)
     _STAMP.write_text(source_hash() + "\n")
     return PYTHON
+
+
+BASELINE_VENV = ROOT / "benchmarks" / ".venv-baseline"
+BASELINE_PYTHON = BASELINE_VENV / "bin" / "python"
+_BASELINE_STAMP = BASELINE_VENV / ".installed"
+
+
+def baseline_ref() -> str | None:
+    """The commit installed as the baseline (``--baseline REF``), or None."""
+    if BASELINE_PYTHON.exists() and _BASELINE_STAMP.exists():
+        return _BASELINE_STAMP.read_text().strip() or None
+    return None
+
+
+def ensure_baseline(ref: str) -> Path:
+    """Install commit ``ref`` of this repository (non-editable, like ours) as the baseline that
+    the ``ours-baseline`` rows run on, unless it is installed already; return its python."""
+    commit = subprocess.run(["git", "rev-parse", "--verify", f"{ref}^{{commit}}"], cwd=ROOT, check=True,
+                            capture_output=True, text=True).stdout.strip()
+    if baseline_ref() == commit:
+        return BASELINE_PYTHON
+    print(f"installing {ref} ({commit[:10]}, non-editable) into {BASELINE_VENV} ...", file=sys.stderr, flush=True)
+    if BASELINE_VENV.exists():
+        shutil.rmtree(BASELINE_VENV)
+    venv.EnvBuilder(with_pip=True).create(BASELINE_VENV)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PIP_USER", "PYTHONDONTWRITEBYTECODE")}
+    with tempfile.TemporaryDirectory() as tree:
+        archive = subprocess.run(["git", "archive", commit], cwd=ROOT, check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", tree], input=archive, check=True)
+        subprocess.run(
+            [str(BASELINE_PYTHON), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--compile", tree],
+            check=True, env=env, cwd=BASELINE_VENV,
+        )
+    _BASELINE_STAMP.write_text(commit + "\n")
+    return BASELINE_PYTHON
 
 
 def describe() -> str:

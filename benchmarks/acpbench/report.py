@@ -13,8 +13,8 @@ from .measure import Outcome
 from .scenarios import SCENARIOS, Scenario
 
 # (numerator, denominator) pairs shown as ratio columns
-RATIOS = (("ours", "official"), ("ours-async", "official"), ("ours", "bare"), ("conn", "official"),
-          ("conn", "bare"), ("ours", "yardstick-cork"), ("ours", "yardstick-lf"))
+RATIOS = (("ours", "official"), ("ours-async", "official"), ("ours", "ours-baseline"), ("ours", "bare"),
+          ("conn", "official"), ("conn", "bare"), ("ours", "yardstick-cork"), ("ours", "yardstick-lf"))
 
 
 class Results:
@@ -80,8 +80,12 @@ def table(results: Results) -> str:
     Each throughput row is followed by the CPU each side (client, agent) spent per operation
     over the same timed part, so a gain or a loss can be attributed to a side.
     """
-    impls = list(IMPLEMENTATIONS.values())
-    header = ["scenario", "N", "unit", *(i.label for i in impls), *(f"{a}/{b}" for a, b in RATIOS)]
+    measured = {key[2] for key in results.samples}
+    # The baseline's column (and its ratio) only when `--baseline REF` measured one.
+    impls = [i for i in IMPLEMENTATIONS.values() if not i.baseline or i.name in measured]
+    shown = {i.name for i in impls}
+    ratio_pairs = [(a, b) for a, b in RATIOS if a in shown and b in shown]
+    header = ["scenario", "N", "unit", *(i.label for i in impls), *(f"{a}/{b}" for a, b in ratio_pairs)]
     rows = [header]
     for scenario in SCENARIOS:
         if scenario.name not in results.sizes:
@@ -90,7 +94,7 @@ def table(results: Results) -> str:
             medians = {i.name: results.median(scenario.name, metric.name, i.name) for i in impls}
             name = f"{scenario.name} {metric.label}".strip()
             arrow = "higher" if metric.higher_is_better else "lower"
-            ratios = [_ratio(medians[a], medians[b]) for a, b in RATIOS]
+            ratios = [_ratio(medians[a], medians[b]) for a, b in ratio_pairs]
             rows.append([
                 name, str(results.sizes[scenario.name]) if metric.sized else "", f"{metric.unit} ({arrow})", *(_figure(medians[i.name]) for i in impls),
                 *("n/a" if r is None else f"{r:.2f}x" for r in ratios),
