@@ -238,16 +238,9 @@ class _Wiring:
         return run
 
     def prompt_arrived(self, fn: Callable[..., Any]) -> Callable[[Any, AsyncInboundCall], None]:
-        begin = h.begin_turn(self.state)
-        if not is_async_callable(fn):
-            return begin  # a blocking handler sees the cancel through its context
-
-        def arrived(request: schema.PromptRequest, call: AsyncInboundCall) -> None:
-            begin(request, call)
-            turn: Turn = call.attachment
-            turn.token.on_cancel(lambda: _cancel_task(turn))
-
-        return arrived
+        # A blocking handler sees the cancel through its context; an async one's task is
+        # cancelled with the turn.
+        return h.begin_turn(self.state, cancels_task=is_async_callable(fn))
 
     def prompt(self, fn: Callable[..., Any]) -> Callable[[Any, AsyncInboundCall], Any]:
         state = self.state
@@ -287,12 +280,6 @@ class _Wiring:
                 turn.task = None
 
         return run
-
-
-def _cancel_task(turn: Turn) -> None:
-    task = turn.task
-    if task is not None and not task.done():
-        task.cancel()
 
 
 async def _wait_answered(turn: Turn, timeout: float | None) -> None:

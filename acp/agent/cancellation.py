@@ -23,12 +23,13 @@ class CancelToken:
 
     __slots__ = ("_event", "_lock", "_callbacks", "_ids")
 
-    def __init__(self) -> None:
+    def __init__(self, first: Callable[[], None] | None = None) -> None:
         # The Event is made on first use: creating one costs ~4 us, and most turns are never
-        # waited on nor cancelled. _callbacks is None once cancelled.
+        # waited on nor cancelled. _callbacks is None once cancelled. ``first``: a callback
+        # registered from the start (cheaper than on_cancel; it cannot be unregistered).
         self._event: threading.Event | None = None
         self._lock = threading.Lock()
-        self._callbacks: dict[int, Callable[[], None]] | None = {}
+        self._callbacks: dict[int, Callable[[], None]] | None = {} if first is None else {-1: first}
         self._ids = itertools.count()
 
     @property

@@ -326,15 +326,25 @@ class _ContextBase:
 
     _client: ClientCalls
 
+    _token: CancelToken
+
     def __init__(self, state: ConnectionState, call: Call, token: CancelToken | None = None) -> None:
         self._state = state
         self._call = call
-        if token is None:
-            # Only the engine cancels a plain request ($/cancel_request, or close).
-            token = CancelToken()
-            call.on_cancel(lambda: None if token.cancel() else None)
-        self._token = token
-        self._client = self._make_client(state, token, self._gate())
+        if token is not None:
+            self._token = token
+        # Made on first use (__getattr__), as most handlers never look: self._client, and a
+        # plain request's self._token (only the engine cancels it: $/cancel_request, close).
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "_client":
+            client = self._client = self._make_client(self._state, self._token, self._gate())
+            return client
+        if name == "_token":
+            token = self._token = CancelToken()
+            self._call.on_cancel(lambda: None if token.cancel() else None)  # at once if it was
+            return token
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def _make_client(
         self, state: ConnectionState, token: CancelToken, gate: Callable[[Callable[[], None]], bool] | None

@@ -175,13 +175,13 @@ def cancel_turn(state: ConnectionState, notification: schema.CancelNotification)
     state.turns.cancel(notification.session_id)
 
 
-def begin_turn(state: ConnectionState) -> Callable[[Any, Any], None]:
+def begin_turn(state: ConnectionState, cancels_task: bool = False) -> Callable[[Any, Any], None]:
     """The prompt's arrival hook: the turn exists before any line read after this prompt is
     handled, so a ``session/cancel`` sent right behind it finds it. A busy session raises
     -32600 here, answered at once."""
 
     def arrived(request: schema.PromptRequest, call: Call) -> None:
-        call.attachment = state.turns.begin(request.session_id, call)
+        call.attachment = state.turns.begin(request.session_id, call, cancels_task)
 
     return arrived
 

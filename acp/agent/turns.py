@@ -51,10 +51,11 @@ class Turn:
 
     __slots__ = ("session_id", "call", "token", "task", "_lock", "_answered", "_registry", "_timers", "_done", "_waiters")
 
-    def __init__(self, session_id: str, call: Call, registry: TurnRegistry) -> None:
+    def __init__(self, session_id: str, call: Call, registry: TurnRegistry, cancels_task: bool = False) -> None:
         self.session_id = session_id
         self.call = call
-        self.token = CancelToken()
+        # An async handler's task is cancelled with the turn, first of all its callbacks.
+        self.token = CancelToken(self._cancel_task if cancels_task else None)
         self._lock = threading.Lock()
         self._answered = False
         self._registry = registry
@@ -63,6 +64,11 @@ class Turn:
         self._waiters: list[Callable[[], None]] | None = None  # when_answered() callbacks
         self.task: Any = None
         """The asyncio runtime: the task of an ``async def`` handler (cancelled with the turn)."""
+
+    def _cancel_task(self) -> None:
+        task = self.task
+        if task is not None and not task.done():
+            task.cancel()
 
     @property
     def answered(self) -> bool:
@@ -187,8 +193,9 @@ class TurnRegistry:
         self._turns: dict[str, Turn] = {}
         self._closed = False
 
-    def begin(self, session_id: str, call: Call) -> Turn:
-        """Start the turn of ``call``; -32600 (data ``{"sessionId"}``) if one is active."""
+    def begin(self, session_id: str, call: Call, cancels_task: bool = False) -> Turn:
+        """Start the turn of ``call``; -32600 (data ``{"sessionId"}``) if one is active.
+        ``cancels_task``: cancelling the turn cancels its ``task`` (an async handler's)."""
         with self._lock:
             if session_id in self._turns:
                 raise RequestError(
@@ -196,7 +203,7 @@ class TurnRegistry:
                     "A prompt turn is already active for this session",
                     {"sessionId": session_id},
                 )
-            turn = Turn(session_id, call, self)
+            turn = Turn(session_id, call, self, cancels_task)
             self._turns[session_id] = turn
             closed = self._closed
         # The engine cancels the call on $/cancel_request (answering -32800 itself), at the end

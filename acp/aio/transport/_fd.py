@@ -3,7 +3,10 @@ base of the asyncio stdio and process transports.
 
 Loop-native: no thread and no task. A read that has to wait awaits a future that
 ``loop.add_reader`` completes; writes go out at once when the fd takes them, the rest waits in a
-buffer that ``loop.add_writer`` empties (``drain()`` is the flow control). Each fd is driven in
+buffer that ``loop.add_writer`` empties (``drain()`` is the flow control). A connection can
+instead take the bytes pushed (:class:`~acp.aio.transport.ReceivingTransport`): then the fd is
+watched once, from ``set_receiver`` until EOF, close or ``pause_reading``, and each readiness
+is one ``os.read`` handed straight to the receiver (no future, no epoll change per read). Each fd is driven in
 one of three ways, chosen once, the same split as :mod:`acp.transport.fd`:
 
 * non-blocking (our own pipes, stdio pipes and sockets): read or write first, and watch the fd
@@ -108,6 +111,13 @@ class FdTransport:
         self._paused = False  # more than _HIGH_WATER buffered: drain() waits
         self._drainers: list[asyncio.Future[None]] = []
         self._dropped: str | None = None  # why buffered data was thrown away
+        # Push mode (set_receiver): who gets the bytes; the fd is watched (or, always ready,
+        # a read is scheduled) while _pushing; _eof_pushed once receiver(b"") was called.
+        self._receiver: Callable[[bytes], None] | None = None
+        self._push_paused = False
+        self._pushing = False
+        self._eof_pushed = False
+        self._file_scheduled = False  # a _push_file callback is scheduled
 
     # -- AsyncTransport ----------------------------------------------------------------------
 
@@ -127,6 +137,8 @@ class FdTransport:
             return b""
         if self._reader is not None:
             raise RuntimeError(f"{self._description}: another task is already reading")
+        if self._receiver is not None:
+            raise RuntimeError(f"{self._description}: the bytes are pushed (set_receiver)")
         fd = self._read_fd
         assert fd is not None
         mode = self._read_mode
@@ -232,6 +244,28 @@ class FdTransport:
             self._release()
             done.set_result(None)
 
+    # -- ReceivingTransport ------------------------------------------------------------------
+
+    def set_receiver(self, receiver: Callable[[bytes], None]) -> None:
+        """From now on call ``receiver(data)`` on the loop with each chunk read, and
+        ``receiver(b"")`` once at the end (EOF, peer gone, or :meth:`close`), instead of
+        serving :meth:`read`."""
+        if self._reader is not None:
+            raise RuntimeError(f"{self._description}: a task is reading")
+        self._receiver = receiver
+        self._start_pushing()
+
+    def pause_reading(self) -> None:
+        """Stop reading (and pushing) until :meth:`resume_reading`: the peer's writes back up."""
+        self._push_paused = True
+        self._stop_pushing()
+
+    def resume_reading(self) -> None:
+        """Read and push again."""
+        if self._push_paused:
+            self._push_paused = False
+            self._start_pushing()
+
     async def __aenter__(self: _Self) -> _Self:
         return self
 
@@ -269,6 +303,11 @@ class FdTransport:
         if self._closed:
             return
         self._closed = True
+        if self._receiver is not None:
+            # Unwatch while the fd is surely ours; the end is pushed from a loop callback
+            # (never inside close(): the receiver may be what is closing us).
+            self._stop_pushing()
+            self._loop.call_soon(self._push_eof)
         reader = self._reader
         if reader is not None:
             # Unwatch here, while the fd is surely ours: the woken read must not touch it.
@@ -297,6 +336,65 @@ class FdTransport:
         if self._read_fd is not None:
             fd, self._read_fd = self._read_fd, None
             self._release_fd(fd)
+
+    def _start_pushing(self) -> None:
+        if self._pushing or self._push_paused or self._eof_pushed:
+            return
+        if self._closed or self._eof:
+            self._loop.call_soon(self._push_eof)
+            return
+        fd = self._read_fd
+        assert fd is not None
+        self._pushing = True
+        if self._read_mode == _ALWAYS_READY:
+            self._schedule_file()
+        else:
+            self._loop.add_reader(fd, self._on_readable)
+
+    def _stop_pushing(self) -> None:
+        if self._pushing:
+            self._pushing = False
+            if self._read_mode != _ALWAYS_READY:
+                assert self._read_fd is not None
+                self._loop.remove_reader(self._read_fd)
+
+    def _on_readable(self) -> None:
+        # The loop says the fd is readable: one os.read cannot block (even on a terminal).
+        assert self._read_fd is not None and self._receiver is not None
+        try:
+            data = os.read(self._read_fd, READ_CHUNK)
+        except BlockingIOError:
+            return
+        except ConnectionResetError:
+            data = b""
+        if data:
+            self._receiver(data)
+            return
+        self._stop_pushing()
+        self._eof = True
+        _log.debug("%s: end of input", self._description)
+        self._push_eof()
+
+    def _push_file(self) -> None:
+        # Always ready (a regular file): one read per loop callback, so a long input file
+        # does not starve the other tasks.
+        self._file_scheduled = False
+        if not self._pushing or self._closed:
+            return
+        self._on_readable()
+        if self._pushing:
+            self._schedule_file()
+
+    def _schedule_file(self) -> None:
+        if not self._file_scheduled:
+            self._file_scheduled = True
+            self._loop.call_soon(self._push_file)
+
+    def _push_eof(self) -> None:
+        if not self._eof_pushed:
+            self._eof_pushed = True
+            assert self._receiver is not None
+            self._receiver(b"")
 
     async def _readable(self, fd: int) -> None:
         waiter = self._loop.create_future()
