@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 
 from _common import FILE_CONTENT, READ_PATH, agent_reply
 
@@ -46,4 +47,10 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    profile = os.environ.get("ACP_BENCH_PROFILE_AGENT")  # a path: write the agent's cProfile stats there
+    if profile:
+        import cProfile
+
+        cProfile.run("asyncio.run(main())", profile)
+    else:
+        asyncio.run(main())
