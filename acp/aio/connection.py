@@ -42,6 +42,7 @@ import inspect
 import logging
 import os
 import sys
+import types
 from collections import deque
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
@@ -86,6 +87,7 @@ _USE_DEFAULT: Any = object()
 
 # True while a notification handler is awaited by the dispatcher: requests made there are
 # answered without waiting for the queue (the deadlock rule).
+_Coroutine = types.CoroutineType  # the common awaitable: checked before inspect.isawaitable
 _serial: contextvars.ContextVar[bool] = contextvars.ContextVar("acp_aio_serial", default=False)
 
 
@@ -965,34 +967,34 @@ class AsyncConnection:
 
     # ------------------------------------------------------------------ handlers
 
-    def _run_immediate(self, msg: rpc.Notification) -> None:
+    def _call_notification(self, msg: rpc.Notification) -> Awaitable[Any] | None:
+        """Call a notification's handler; returns the awaitable it gave back (an ``async def``
+        handler's coroutine) for the caller to await in order, else None."""
         target = self._endpoint.notification_params(msg)
         if target is None:
-            return
+            return None
         fn, args = target
         try:
             result = fn(*args)
         except Exception:
             _log.exception("%s: %s notification handler failed", self.name, msg.method)
-            return
-        if result is not None and inspect.isawaitable(result):
+            return None
+        if result is not None and (type(result) is _Coroutine or inspect.isawaitable(result)):
+            return result
+        return None
+
+    def _run_immediate(self, msg: rpc.Notification) -> None:
+        awaitable = self._call_notification(msg)
+        if awaitable is not None:
             # An immediate handler should be plain; if it is not, let it run on its own.
-            self._spawn(self._await_notification(result, msg.method))
+            self._spawn(self._await_notification(awaitable, msg.method))
 
     def _run_notification_now(self, msg: rpc.Notification) -> None:
         """Nothing is queued ahead: call the handler here; an awaitable it returns goes to the
         head of the queue, for the dispatcher to await before anything read after it."""
-        target = self._endpoint.notification_params(msg)
-        if target is None:
-            return
-        fn, args = target
-        try:
-            result = fn(*args)
-        except Exception:
-            _log.exception("%s: %s notification handler failed", self.name, msg.method)
-            return
-        if result is not None and inspect.isawaitable(result):
-            self._queue.append((result, msg.method))
+        awaitable = self._call_notification(msg)
+        if awaitable is not None:
+            self._queue.append((awaitable, msg.method))
 
     async def _await_notification(self, awaitable: Awaitable[Any], method: str) -> None:
         token = _serial.set(True)
@@ -1088,7 +1090,6 @@ class AsyncConnection:
         loop = self._loop
         assert loop is not None
         queue = self._queue
-        ep = self._endpoint
         while True:
             if not queue:
                 if self._closed:
@@ -1099,20 +1100,28 @@ class AsyncConnection:
             item = queue[0]
             try:
                 cls = type(item)
-                if cls is _Notification:
-                    target = ep.notification_params(item)
-                    if target is not None:
-                        fn, args = target
+                if cls is _Notification or (cls is tuple and len(item) == 2):
+                    if cls is _Notification:
+                        awaitable = self._call_notification(item)
+                        method = item.method
+                    else:  # an awaitable a notification handler returned when run by the reader
+                        awaitable, method = item
+                    if awaitable is not None:
+                        # Awaited here, not through _await_notification (which only an
+                        # immediate handler's stray awaitable uses): one coroutine less per
+                        # update, ~0.1 us (6%) of the client's CPU per streamed chunk.
+                        token = _serial.set(True)
                         try:
-                            result = fn(*args)
+                            await awaitable
+                        except asyncio.CancelledError:
+                            if self._closed:
+                                raise
+                            _log.debug("%s: %s notification handler was cancelled", self.name, method)
                         except Exception:
-                            _log.exception("%s: %s notification handler failed", self.name, item.method)
-                            result = None
-                        if result is not None and inspect.isawaitable(result):
-                            await self._await_notification(result, item.method)
-                elif cls is tuple and len(item) == 2:
-                    # An awaitable a notification handler returned when run by the reader.
-                    await self._await_notification(*item)
+                            _log.exception("%s: %s notification handler failed", self.name, method)
+                        finally:
+                            _serial.reset(token)
+                            self._dispatcher_asked = False
                 elif cls is tuple:
                     if not item[0].is_answered:  # a $/cancel_request answered it while queued
                         self._start_request(item)
