@@ -122,7 +122,10 @@ class AsyncClient(AwaitableCalls, ClientCalls):
         """Internal: use :meth:`builder`. Starts the connection on the running loop."""
         self._conn: AsyncConnection
         self._process = AsyncAgentProcess(process) if process is not None else None
-        conn = AsyncConnection(transport, **config.connection_options(wire_tap))
+        options = config.connection_options(wire_tap)
+        if options.pop("ordering") != "connection":
+            raise ValueError('ordering("session") is not available on AsyncClient yet')
+        conn = AsyncConnection(transport, **options)
         self._attach(config, conn, transport, process, owned_tap, TurnTracker(_answer_early))
 
     # ------------------------------------------------------------------ state
