@@ -43,7 +43,7 @@ class AsyncAgentBuilder(AgentBuilder[Any, Any]):
         """Check the configuration and make the agent (no loop needed yet)."""
         spec = self._spec()
         if spec.ordering != "connection":
-            raise ValueError('ordering("session") is not available on AsyncAgent yet')
+            raise ValueError('ordering("session") is not available on AsyncAgent yet (SyncAgent only)')
         return AsyncAgent(spec)
 
 
