@@ -34,6 +34,18 @@ Backpressure: when the dispatcher falls ``MAX_QUEUED_MESSAGES`` behind (a slow n
 consumer), the reader stops reading until it is halfway caught up, so the peer's writes block
 instead of this process buffering a burst without bound. The deadlock rule wins: while a
 notification handler waits for an answer, the reader reads regardless.
+
+Ordering by session (``ordering="session"``, opt-in; chosen once in ``__init__``: the reader
+then uses ``_on_lines_by_session`` and there is no dispatcher thread): an inbound message's
+session is its params' ``sessionId``; an answer's is the one of the request it answers
+(recorded on ``rpc.Pending`` when it is sent). Each session with work has a *lane*: a queue
+drained in arrival order by one executor task at a time, so sessions never wait on each other.
+The reader still acts itself (completes an answer, starts a request) when nothing of that
+session is queued ahead. A *session-less* message (no ``sessionId``: initialize, session/new's
+answer, most ext methods) keeps the connection-wide rule: it waits in the *gate* until every
+lane is idle, and everything read after it waits behind it. The deadlock rule holds per lane
+(a notification handler's request is answered by the reader at once), and backpressure counts
+the items of every lane and of the gate.
 """
 
 from __future__ import annotations
@@ -45,10 +57,11 @@ import logging
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor, Future
 from queue import SimpleQueue
-from typing import Any, Protocol, cast
+from typing import Any, Literal, Protocol, cast
 
 import msgspec
 
@@ -66,6 +79,7 @@ from .transport.base import Transport
 
 __all__ = [
     "MAX_QUEUED_MESSAGES",
+    "ORDERINGS",
     "CancelSource",
     "Connection",
     "InboundCall",
@@ -88,6 +102,10 @@ _FLUSH_BYTES = 64 * 1024
 _PARK_LIMIT = 0.001
 _PARK_WATCH = 0.05  # the housekeeper keeps checking this long after the last park
 _STOP_GRACE = 0.1  # close() joins threads at least this long, even past its timeout
+
+#: The ordering modes of :class:`Connection` (see "Ordering by session" in the module docstring).
+ORDERINGS = ("connection", "session")
+Ordering = Literal["connection", "session"]
 
 WireTap = Callable[[str, bytes], None]
 """Receives ("in" | "out", line) for every line, for debugging."""
@@ -203,6 +221,10 @@ class Connection:
     ``executor`` runs request handlers; by default the connection owns a :class:`HandlerPool`
     (shut down on close). A user-supplied executor is never shut down by the connection.
 
+    ``ordering="connection"`` (the default) handles inbound notifications one at a time in
+    arrival order, connection-wide; ``ordering="session"`` keeps arrival order within each
+    session and handles sessions concurrently (see the module docstring).
+
     The protocol state (ids, pending calls, inbound requests, answer-once, refusals, payload
     decoding) is one :class:`acp.rpc.Endpoint`; this class adds the threads, the queue, the
     clock and the writes around it.
@@ -217,7 +239,10 @@ class Connection:
         max_message_bytes: int = rpc.DEFAULT_MAX_LINE_BYTES,
         wire_tap: WireTap | str | os.PathLike[str] | None = None,
         name: str = "acp",
+        ordering: Ordering = "connection",
     ) -> None:
+        if ordering not in ORDERINGS:
+            raise ValueError(f"ordering must be one of {ORDERINGS}, not {ordering!r}")
         self._transport = transport
         self.name = name
         self.request_timeout = request_timeout
@@ -293,6 +318,19 @@ class Connection:
         if owned_tap_close is not None:
             self._close_callbacks.append(owned_tap_close)
 
+        self.ordering: Ordering = ordering
+        self._by_session = ordering == "session"
+        if self._by_session:
+            # Chosen once: the default path never tests the mode per message.
+            self._lane_lock = threading.Lock()  # guards everything below, and the backlog counters
+            self._lanes: dict[str, _Lane] = {}  # the sessions with work queued or being handled
+            self._busy_lanes = 0  # len(self._lanes), kept apart for the barrier test
+            # Everything that arrived at or after a session-less message still waiting its turn.
+            self._gate: deque[tuple[str | None, Any]] = deque()
+            self._gate_busy = False  # a thread owns the gate (runs a session-less message)
+            self._on_lines = self._on_lines_by_session  # type: ignore[method-assign]
+            self._send_request = self._send_request_by_session  # type: ignore[method-assign]
+
     # ------------------------------------------------------------------ registration
 
     def on_request(
@@ -351,8 +389,9 @@ class Connection:
         if self._started:
             return self
         self._started = True
-        self._dispatcher = threading.Thread(target=self._dispatch_loop, name=f"{self.name}-dispatcher", daemon=True)
-        self._dispatcher.start()
+        if not self._by_session:  # by session, drains run on the executor instead
+            self._dispatcher = threading.Thread(target=self._dispatch_loop, name=f"{self.name}-dispatcher", daemon=True)
+            self._dispatcher.start()
         if self._leader_follower:
             # Reading moves between pool threads (see _on_lines); the pool is joined on close.
             self._execute(self._read_loop)
@@ -399,7 +438,11 @@ class Connection:
             # at the end of the wait; their answers still go out.
             _cancel_all(ep.start_closing())
             if not ep.eof:
-                self._queue.put([_DRAIN_MARK])  # dispatcher flags the drain when it gets here
+                # The dispatcher (or by session: the gate) flags the drain when it gets here.
+                if self._by_session:
+                    self._post_mark(_DRAIN_MARK)
+                else:
+                    self._queue.put([_DRAIN_MARK])
             self._drain_done.wait(_remaining(deadline))
             with self._idle:
                 self._idle_waiters += 1
@@ -439,6 +482,8 @@ class Connection:
                 if type(item) is tuple:
                     self._handler_done()
         self._queue.put(None)
+        if self._by_session:
+            self._drop_lanes()
         if self._own_executor:
             pool = self._executor
             assert isinstance(pool, HandlerPool)
@@ -757,12 +802,13 @@ class Connection:
         the peer's writes then block instead of this process buffering without bound. Reading
         goes on at once while a notification handler waits for an answer (only this reader can
         read it) and when the connection closes."""
+        asked = self._serial_waiting if self._by_session else lambda: self._dispatcher_asked
         with self._backlog:
             self._reader_held = True
             try:
                 self._backlog.wait_for(
                     lambda: self._queued_in - self._queued_out < MAX_QUEUED_MESSAGES // 2
-                    or self._dispatcher_asked
+                    or asked()
                     or self._endpoint.closed
                 )
             finally:
@@ -834,6 +880,10 @@ class Connection:
             self._complete_response(msg)
         if not starts:
             return False
+        return self._start_requests(starts, final)
+
+    def _start_requests(self, starts: list[rpc.Start], final: bool) -> bool:
+        """Start the requests one read routed (in order); the reader may run the last one itself."""
         last = starts.pop()
         for start in starts:
             self._launch(start)
@@ -927,7 +977,269 @@ class Connection:
         self._fail(self._endpoint.receive_eof())
         # The peer is gone: no handler need wait for it (or for a user) any longer.
         self._cancel_inbound()
-        self._queue.put([_EOF_MARK])
+        if self._by_session:
+            self._post_mark(_EOF_MARK)
+        else:
+            self._queue.put([_EOF_MARK])
+
+    # ------------------------------------------------------------------ ordering by session
+
+    def _send_request_by_session(self, pending: rpc.Pending, params: Any) -> None:
+        # Recorded before the line goes out: the answer is ordered with this session's messages.
+        pending.session = _session_of_params(params)
+        Connection._send_request(self, pending, params)
+
+    def _on_lines_by_session(self, lines: list[bytes | rpc.LineTooLong], final: bool = False) -> bool:
+        """``_on_lines`` for ``ordering="session"``: each message goes to its session's lane."""
+        arrivals: list[tuple[str | None, Any]] = []  # (session, item) in arrival order
+        tap = self._wire_tap
+        decode_line = rpc.decode_line
+        session_of = rpc.session_id_of
+        handlers = self._endpoint.handlers
+        route = self._route_by_session
+        for line in lines:
+            if type(line) is not bytes:
+                assert isinstance(line, rpc.LineTooLong)
+                _log.warning("%s: discarded a line of %d bytes (over the limit)", self.name, line.size)
+                continue
+            if tap is not None:
+                self._tap("in", line)
+            msg = decode_line(line)
+            if type(msg) is rpc.Notification:
+                # Inlined: notifications are the bulk of a stream.
+                handler = handlers.get(msg.method)
+                if (handler is None or not handler.immediate) and msg.method != CANCEL_REQUEST:
+                    arrivals.append((session_of(msg.params), msg))
+                    continue
+                route(msg, arrivals)
+            elif type(msg) is list:
+                for item in msg:
+                    route(item, arrivals)
+            else:
+                route(msg, arrivals)  # type: ignore[arg-type]
+        if not arrivals:
+            return False
+        starts: list[rpc.Start] = []
+        ready: list[rpc.ResponseLike] = []
+        wake: list[tuple[str | None, _Lane | None]] = []  # lanes (None: the gate) to drain
+        with self._lane_lock:  # once per read
+            admit = self._admit
+            for key, item in arrivals:
+                cls = type(item)
+                if cls is rpc.Notification:
+                    admit(key, item, False, wake)
+                elif cls is tuple:
+                    if admit(key, item, True, wake):
+                        starts.append(item)
+                elif admit(key, item, True, wake):
+                    ready.append(item)
+        for key, lane in wake:
+            self._schedule_drain(key, lane)
+        for msg in ready:
+            self._complete_response(msg)
+        if not starts:
+            return False
+        return self._start_requests(starts, final)
+
+    def _route_by_session(self, msg: rpc.Message, arrivals: list[tuple[str | None, Any]]) -> None:
+        """Act on one message now, or append it to ``arrivals`` with its session, to be
+        placed in its session's lane (or behind the gate)."""
+        ep = self._endpoint
+        cls = type(msg)
+        if cls is rpc.Response or cls is rpc.ErrorResponse:
+            pending = ep.peek(msg.id)  # type: ignore[union-attr]
+            # Unknown (dropped when delivered), or the deadlock rule (a notification handler
+            # waits for it): completed now; otherwise ordered with the call's session.
+            arrivals.append((pending.session, msg) if pending is not None and not pending.serial else (_NOW, msg))
+        elif cls is rpc.Notification:
+            assert isinstance(msg, rpc.Notification)
+            if msg.method == CANCEL_REQUEST:
+                call = ep.receive_cancel(msg)
+                if call is not None:
+                    cast(InboundCall, call)._cancel()
+                    self._write_decided()
+                return
+            handler = ep.handlers.get(msg.method)
+            if handler is not None and handler.immediate:
+                self._run_notification(msg, handler)
+            else:
+                arrivals.append((rpc.session_id_of(msg.params), msg))
+        elif cls is rpc.Request:
+            assert isinstance(msg, rpc.Request)
+            # Registered here, in arrival order (a $/cancel_request or an arrival hook's
+            # state finds it), even when it has to wait its turn.
+            start = ep.receive_request(msg)
+            if start is None:
+                self._write_decided()
+                return
+            with self._state_lock:
+                self._running += 1
+            arrivals.append((rpc.session_id_of(msg.params), start))
+        else:
+            assert isinstance(msg, rpc.Invalid)
+            failed = ep.receive_invalid(msg)
+            if failed is not None:
+                self._route_by_session(failed, arrivals)
+            else:
+                self._write_decided()
+
+    def _admit(self, key: str | None, item: Any, quick: bool, wake: list[tuple[str | None, _Lane | None]]) -> bool:
+        """Place one inbound item of session ``key`` (None: session-less; _NOW: no order at
+        all), under ``_lane_lock``. True: nothing is ahead of it, act on it now (``quick``
+        items only: an answer to complete, a request to start). Otherwise it is queued, and a
+        lane (or the gate) that must start draining is appended to ``wake``."""
+        if key is _NOW:
+            return True
+        if self._gate or self._gate_busy:
+            # A session-less message is waiting or running: everything after it waits too.
+            self._gate.append((key, item))
+        elif key is None:
+            if not self._busy_lanes and quick:
+                return True
+            self._gate.append((key, item))
+            if not self._busy_lanes:
+                self._gate_busy = True
+                wake.append((None, None))
+        else:
+            lane = self._lanes.get(key)
+            if lane is None:
+                if quick:
+                    return True
+                lane = self._lanes[key] = _Lane()
+                self._busy_lanes += 1
+                wake.append((key, lane))
+            lane.append(item)
+        self._queued_in += 1
+        return False
+
+    def _post_mark(self, mark: _Mark) -> None:
+        """Queue the end-of-input or drain mark behind everything (it waits like a
+        session-less notification)."""
+        wake: list[tuple[str | None, _Lane | None]] = []
+        with self._lane_lock:
+            self._admit(None, mark, False, wake)
+        for key, lane in wake:
+            self._schedule_drain(key, lane)
+
+    def _schedule_drain(self, key: str | None, lane: _Lane | None) -> None:
+        try:
+            if lane is None:
+                self._execute(self._drain_gate)
+            else:
+                self._execute(self._drain_lane, key, lane)
+        except RuntimeError:  # the executor was shut down
+            if self._endpoint.closed:
+                return  # close() drops what is queued
+            if lane is None:
+                self._drain_gate()
+            else:
+                assert key is not None
+                self._drain_lane(key, lane)
+
+    def _drain_lane(self, key: str, lane: _Lane) -> None:
+        """Handle one session's queued items one at a time, in arrival order (at most one
+        drain per session: the lane exists while one is scheduled or running)."""
+        lock = self._lane_lock
+        tls = self._tls
+        tls.serial = True  # requests made here are answered at once (the deadlock rule)
+        handle = self._handle_queued
+        try:
+            while True:
+                with lock:
+                    if not lane:
+                        del self._lanes[key]
+                        self._busy_lanes -= 1
+                        gate = not self._busy_lanes and bool(self._gate) and not self._gate_busy
+                        if gate:
+                            self._gate_busy = True
+                        break
+                    # Everything queued so far, taken at once (one lock per batch, not per item);
+                    # what arrives meanwhile queues in the lane behind it.
+                    items = list(lane)
+                    lane.clear()
+                for item in items:
+                    handle(item)
+                with lock:
+                    self._queued_out += len(items)
+                if self._reader_held:
+                    self._release_reader()
+        finally:
+            tls.serial = False
+        if gate:
+            self._drain_gate()
+
+    def _drain_gate(self) -> None:
+        """Run the gate (this thread owns it): a session-less message once no session has
+        work left, then hand what came after it to its lanes, up to the next session-less
+        message that has to wait."""
+        lock = self._lane_lock
+        tls = self._tls
+        tls.serial = True
+        try:
+            while True:
+                wake: list[tuple[str, _Lane]] = []
+                item: Any = _NOTHING
+                with lock:
+                    gate = self._gate
+                    while gate:
+                        key, queued = gate[0]
+                        if key is None:
+                            if not self._busy_lanes:
+                                gate.popleft()
+                                self._queued_out += 1
+                                item = queued
+                            break
+                        gate.popleft()  # still counted as queued, now in its lane
+                        lane = self._lanes.get(key)
+                        if lane is None:
+                            lane = self._lanes[key] = _Lane()
+                            self._busy_lanes += 1
+                            wake.append((key, lane))
+                        lane.append(queued)
+                    if item is _NOTHING:
+                        self._gate_busy = False  # the last lane to finish runs the gate again
+                for key, lane in wake:
+                    self._schedule_drain(key, lane)
+                if item is _NOTHING:
+                    return
+                self._handle_queued(item)
+                if self._reader_held:
+                    self._release_reader()
+        finally:
+            tls.serial = False
+
+    def _handle_queued(self, item: Any) -> None:
+        cls = type(item)
+        if cls is rpc.Notification:
+            self._run_notification(item, self._endpoint.handlers.get(item.method))
+        elif cls is tuple:
+            if item[0].is_answered:  # $/cancel_request while queued: answered already
+                self._handler_done()
+            else:
+                self._launch(item)
+        elif cls is rpc.Response or cls is rpc.ErrorResponse:
+            self._complete_response(item)
+        elif item is _EOF_MARK or item is _DRAIN_MARK:
+            self._drain_done.set()
+            if item is _EOF_MARK:
+                self._drained.set()
+                self._run_close_callbacks()
+
+    def _serial_waiting(self) -> bool:
+        """A notification handler waits for an answer (only the reader can deliver it)."""
+        return any(pending.serial for pending in list(self._pending.values()))
+
+    def _drop_lanes(self) -> None:
+        """Close: what is still queued never runs (its requests no longer count as running)."""
+        with self._lane_lock:
+            items = [item for _, item in self._gate]
+            self._gate.clear()
+            for lane in self._lanes.values():
+                items.extend(lane)
+                lane.clear()
+        for item in items:
+            if type(item) is tuple:
+                self._handler_done()
 
     # ------------------------------------------------------------------ dispatching
 
@@ -1049,6 +1361,28 @@ class _Mark:
 
 _EOF_MARK = _Mark("EOF")
 _DRAIN_MARK = _Mark("DRAIN")
+_NOTHING = _Mark("NOTHING")
+_NOW: Any = _Mark("NOW")  # the "session" of an answer that is completed at once
+
+
+class _Lane(deque[Any]):
+    """One session's queued items (``ordering="session"``), oldest first."""
+
+    __slots__ = ()
+
+
+def _session_of_params(params: Any) -> str | None:
+    """The session id of outbound params: a schema type's ``session_id``, a dict's
+    ``"sessionId"``, or raw JSON's."""
+    if params is None:
+        return None
+    if isinstance(params, dict):
+        value = params.get("sessionId")
+    elif isinstance(params, (bytes, msgspec.Raw)):
+        return rpc.session_id_of(params)
+    else:
+        value = getattr(params, "session_id", None)
+    return value if isinstance(value, str) else None
 
 
 

@@ -1,6 +1,6 @@
 """Connection-level benchmark: acp.connection against a bare msgspec pipe, same run.
 
-    python benchmarks/bench_connection.py [--rtt N] [--stream N] [--runs K]
+    python benchmarks/bench_connection.py [--rtt N] [--stream N] [--runs K] [--ordering session]
 
 Both sides are real processes joined by pipes. `rtt` is sequential request round trips per
 second; `stream` is notifications per second (one request whose answer follows N notifications,
@@ -57,11 +57,13 @@ def bare_client(rtt: int, stream: int) -> dict[str, float]:
     return {"rtt": rtt_rate, "stream": stream_rate}
 
 
-def acp_client(rtt: int, stream: int) -> dict[str, float]:
+def acp_client(rtt: int, stream: int, ordering: str = "connection") -> dict[str, float]:
     from acp.connection import Connection
     from acp.transport import ProcessTransport
 
-    conn = Connection(ProcessTransport([sys.executable, str(HERE / "conn_peer.py")]), name="bench")
+    conn = Connection(
+        ProcessTransport([sys.executable, str(HERE / "conn_peer.py")]), name="bench", ordering=ordering  # type: ignore[arg-type]
+    )
     counter = [0]
 
     def on_chunk(params: Any) -> None:
@@ -89,12 +91,14 @@ def main() -> None:
     parser.add_argument("--rtt", type=int, default=5000)
     parser.add_argument("--stream", type=int, default=50000)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--ordering", choices=("connection", "session"), default="connection",
+                        help="the acp client's ordering mode (the stream's chunks name one session)")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
     results: dict[str, list[dict[str, float]]] = {"bare": [], "acp": []}
     for _ in range(args.runs):  # interleaved, so drift on a noisy machine hits both alike
         results["bare"].append(bare_client(args.rtt, args.stream))
-        results["acp"].append(acp_client(args.rtt, args.stream))
+        results["acp"].append(acp_client(args.rtt, args.stream, args.ordering))
     table: dict[str, dict[str, float]] = {}
     for scenario in ("rtt", "stream"):
         bare = statistics.median(r[scenario] for r in results["bare"])

@@ -46,7 +46,7 @@ PAIRS = [
     pytest.param(scenario, impl, id=f"{scenario.name}-{impl}")
     for impl in IMPLEMENTATIONS
     for scenario in SCENARIOS
-    if IMPLEMENTATIONS[impl].preset is None or IMPLEMENTATIONS[impl].supports(scenario.name)
+    if IMPLEMENTATIONS[impl].supports(scenario.name)
 ]
 
 

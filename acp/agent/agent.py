@@ -63,6 +63,7 @@ class AgentConnection(AgentConnectionBase):
             executor=spec.executor,
             request_timeout=spec.request_timeout,
             name=name,
+            ordering=spec.ordering,
         )
         # Grace periods and prompt deadlines run on the connection's housekeeping thread.
         self._init_state(spec, self.connection)

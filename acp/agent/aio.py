@@ -41,7 +41,10 @@ class AsyncAgentBuilder(AgentBuilder[Any, Any]):
 
     def build(self) -> AsyncAgent:
         """Check the configuration and make the agent (no loop needed yet)."""
-        return AsyncAgent(self._spec())
+        spec = self._spec()
+        if spec.ordering != "connection":
+            raise ValueError('ordering("session") is not available on AsyncAgent yet (SyncAgent only)')
+        return AsyncAgent(spec)
 
 
 class AsyncAgentConnection(AgentConnectionBase):

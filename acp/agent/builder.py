@@ -28,6 +28,7 @@ from typing_extensions import Self
 
 from .. import schema
 from ..capabilities import ARCHIVE_METHODS, derive_agent_capabilities
+from ..connection import ORDERINGS, Ordering
 from .methods import AGENT_HANDLERS
 from .spec import (
     DEFAULT_CANCEL_GRACE_PERIOD,
@@ -66,6 +67,7 @@ class AgentBuilder(Generic[C, P]):
         self._agent_info: schema.Implementation | None = None
         self._executor: Executor | None = None
         self._request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT
+        self._ordering: Ordering = "connection"
         self._grace: float | None = DEFAULT_CANCEL_GRACE_PERIOD
         self._max_prompt: float | None = None
         self._close_timeout = DEFAULT_CLOSE_TIMEOUT
@@ -318,6 +320,18 @@ class AgentBuilder(Generic[C, P]):
         self._executor = executor
         return self
 
+    def ordering(self, mode: Ordering) -> Self:
+        """How inbound messages are ordered: ``"connection"`` (the default: one at a time in
+        arrival order, connection-wide; a call returns only after every notification read
+        before its answer was handled) or ``"session"`` (arrival order within each session,
+        sessions handled concurrently: a slow session's updates never delay another session,
+        and an answer waits only for its own session's earlier notifications; messages without
+        a ``sessionId`` still wait for everything before them). See docs/threading.md."""
+        if mode not in ORDERINGS:
+            raise ValueError(f"ordering: expected one of {ORDERINGS}, got {mode!r}")
+        self._ordering = mode
+        return self
+
     def request_timeout(self, seconds: float | None) -> Self:
         """Timeout of agent -> client calls (default 60 s; None: wait forever). Permission,
         elicitation and terminal/wait_for_exit never time out (they wait on a human or a
@@ -513,6 +527,7 @@ class AgentBuilder(Generic[C, P]):
             agent_info=self._agent_info,
             executor=self._executor,
             request_timeout=self._request_timeout,
+            ordering=self._ordering,
             cancel_grace_period=self._grace,
             max_prompt_duration=self._max_prompt,
             close_timeout=self._close_timeout,

@@ -11,9 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import schema
+
+if TYPE_CHECKING:
+    from ..connection import Ordering
 
 __all__ = ["AgentSpec", "DEFAULT_CANCEL_GRACE_PERIOD", "DEFAULT_REQUEST_TIMEOUT", "DEFAULT_CLOSE_TIMEOUT"]
 
@@ -39,6 +42,7 @@ class AgentSpec:
     close_timeout: float
     unstable: bool
     name: str = "acp-agent"
+    ordering: Ordering = "connection"
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

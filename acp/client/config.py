@@ -19,7 +19,7 @@ from .. import schema
 from ..wiretap import JsonlWireTap
 
 if TYPE_CHECKING:
-    from ..connection import WireTap
+    from ..connection import Ordering, WireTap
 
 __all__ = ["ClientConfig", "HandlerSet", "ProcessSpec", "StrPath"]
 
@@ -78,6 +78,7 @@ class ClientConfig:
     request_timeout: float | None
     prompt_timeout: float | None
     executor: Executor | None
+    ordering: Ordering
     wire_tap: WireTap | StrPath | None
     unstable: bool
     name: str
@@ -88,6 +89,7 @@ class ClientConfig:
             "executor": self.executor,
             "request_timeout": self.request_timeout,
             "wire_tap": wire_tap,
+            "ordering": self.ordering,
             "name": self.name,
         }
 

@@ -26,7 +26,7 @@ from typing_extensions import Self
 
 from .. import schema
 from ..capabilities import TERMINAL_METHODS, derive_client_capabilities
-from ..connection import DEFAULT_REQUEST_TIMEOUT
+from ..connection import DEFAULT_REQUEST_TIMEOUT, ORDERINGS, Ordering
 from ..transport._remote import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_OPEN_TIMEOUT, RemoteSpec
 from .config import ClientConfig, HandlerSet, ProcessSpec, StrPath
 from .context import ClientRequestContext
@@ -112,6 +112,7 @@ class ClientBuilderBase:
         self._request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT
         self._prompt_timeout: float | None = None
         self._executor: Executor | None = None
+        self._ordering: Ordering = "connection"
         self._wire_tap: WireTap | StrPath | None = None
         self._unstable = False
         self._name = "acp-client"
@@ -496,6 +497,18 @@ class ClientBuilderBase:
         self._executor = executor
         return self
 
+    def ordering(self, mode: Ordering) -> Self:
+        """How inbound messages are ordered: ``"connection"`` (the default: one at a time in
+        arrival order, connection-wide; a call returns only after every notification read
+        before its answer was handled) or ``"session"`` (arrival order within each session,
+        sessions handled concurrently: a slow session's updates never delay another session,
+        and an answer waits only for its own session's earlier notifications; messages without
+        a ``sessionId`` still wait for everything before them). See docs/threading.md."""
+        if mode not in ORDERINGS:
+            raise ValueError(f"ordering: expected one of {ORDERINGS}, got {mode!r}")
+        self._ordering = mode
+        return self
+
     def wire_tap(self, tap: Union[WireTap, StrPath]) -> Self:
         """See every line sent and received: a callback ``tap(direction, line)`` with
         direction ``"in"``/``"out"``, or a path to append a JSONL transcript to
@@ -579,6 +592,7 @@ class ClientBuilderBase:
             request_timeout=self._request_timeout,
             prompt_timeout=self._prompt_timeout,
             executor=self._executor,
+            ordering=self._ordering,
             wire_tap=self._wire_tap,
             unstable=self._unstable,
             name=self._name,

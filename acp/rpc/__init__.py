@@ -31,6 +31,7 @@ from .messages import (
     Response,
     decode_line,
     decode_payload,
+    session_id_of,
 )
 
 __all__ = [
@@ -59,4 +60,5 @@ __all__ = [
     "Response",
     "decode_line",
     "decode_payload",
+    "session_id_of",
 ]

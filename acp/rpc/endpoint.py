@@ -147,11 +147,13 @@ class Pending:
 
     ``waiter`` belongs to the runtime (a pre-acquired lock, a Future, an asyncio Future): the
     core only carries it. ``serial`` marks a call made from a notification handler (the deadlock
-    rule: its answer is completed without waiting for the queue). ``raw``/``error`` hold the
-    outcome once the runtime stored it.
+    rule: its answer is completed without waiting for the queue). ``session`` is the session id
+    of its params, which a runtime ordering by session sets (its answer is ordered with that
+    session's messages; None: connection-wide). ``raw``/``error`` hold the outcome once the
+    runtime stored it.
     """
 
-    __slots__ = ("id", "method", "result_type", "waiter", "serial", "raw", "error")
+    __slots__ = ("id", "method", "result_type", "waiter", "serial", "session", "raw", "error")
 
     def __init__(self, msg_id: int, method: str, result_type: Any, waiter: Any, serial: bool) -> None:
         self.id = msg_id
@@ -159,6 +161,7 @@ class Pending:
         self.result_type = result_type
         self.waiter = waiter
         self.serial = serial
+        self.session: str | None = None
         self.raw: msgspec.Raw | None = None
         self.error: BaseException | None = None
 

@@ -27,6 +27,7 @@ __all__ = [
     "decode_payload",
     "Encoder",
     "NO_PARAMS",
+    "session_id_of",
 ]
 
 RequestId = Union[int, str]
@@ -280,3 +281,21 @@ class Encoder:
     def error(self, msg_id: RequestId | None, code: int, message: str, data: Any = None) -> bytes:
         """An error answer; ``msg_id`` is None when the request id is unknown."""
         return self._line(_OutError("2.0", msg_id, ErrorObject(code, message, data)))
+
+
+class _SessionRef(msgspec.Struct):
+    sessionId: Any = None  # the wire name
+
+
+_session_ref = msgspec.json.Decoder(_SessionRef)
+
+
+def session_id_of(params: bytes | msgspec.Raw) -> str | None:
+    """The ``sessionId`` member of raw JSON params (or a result), if it is a string."""
+    if not params:
+        return None
+    try:  # decoding straight away is cheaper than looking for the key first
+        value = _session_ref.decode(params).sessionId
+    except (msgspec.DecodeError, RecursionError):  # not an object (ValidationError included)
+        return None
+    return value if isinstance(value, str) else None

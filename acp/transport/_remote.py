@@ -12,10 +12,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-import msgspec
-
 from ..errors import ConnectionClosedError
-from ..rpc import DEFAULT_MAX_LINE_BYTES
+from ..rpc import DEFAULT_MAX_LINE_BYTES, session_id_of
 
 if TYPE_CHECKING:
     from http.cookiejar import CookieJar  # the cookie support imports it when used
@@ -118,24 +116,6 @@ def kind(url: str) -> str:
     if not parts.hostname:
         raise ValueError(f"URL without a host: {url!r}")
     return transport
-
-
-class _SessionRef(msgspec.Struct):
-    sessionId: Any = None  # the wire name
-
-
-_session_ref = msgspec.json.Decoder(_SessionRef)
-
-
-def session_id_of(params: bytes | msgspec.Raw) -> str | None:
-    """The ``sessionId`` member of raw JSON params (or a result), if it is a string."""
-    if not params or b'"sessionId"' not in memoryview(params).tobytes():
-        return None
-    try:
-        value = _session_ref.decode(params).sessionId
-    except (msgspec.DecodeError, RecursionError):  # not an object (ValidationError included)
-        return None
-    return value if isinstance(value, str) else None
 
 
 # Cookies (the RFD: clients keep the cookies a server sets, for the connection's lifetime, so a

@@ -24,6 +24,7 @@ class Implementation:
     ready: str  # import scenario: a statement that loads what an agent and a client need
     preset: str | None = None  # a yardstick pair with this PROTO_VARIANT
     baseline: bool = False  # measured only with --baseline REF
+    scenarios: tuple[str, ...] | None = None  # only these (None: every scenario)
 
     @property
     def python(self) -> Path:
@@ -41,6 +42,8 @@ class Implementation:
 
     def supports(self, scenario: str) -> bool:
         """False where the implementation has no such scenario (its cells stay n/a)."""
+        if self.scenarios is not None:
+            return scenario in self.scenarios
         return self.preset is None or scenario in yardstick.SCENARIOS
 
 
@@ -65,6 +68,10 @@ def all_implementations() -> tuple[Implementation, ...]:
                        "import acp.connection, acp.transport"),
         Implementation("ours", "acp Sync*", ours, PEERS / "ours_client.py", ("acp",),
                        "import acp; acp.SyncAgent, acp.SyncClient, acp.PromptContext, acp.schema"),
+        # the same pair with ordering("session") on both sides (ACP_BENCH_ORDERING)
+        Implementation("ours-session", "acp Sync* by session", ours, PEERS / "ours_session_client.py", ("acp",),
+                       "import acp; acp.SyncAgent, acp.SyncClient, acp.PromptContext, acp.schema",
+                       scenarios=("rtt", "stream", "concurrent")),
         Implementation("ours-async", "acp Async*", ours, PEERS / "ours_async_client.py", ("acp",),
                        "import acp; acp.AsyncAgent, acp.AsyncClient, acp.AsyncPromptContext, acp.schema"),
         # `--baseline REF`: SyncAgent / SyncClient as of commit REF, on the same peer scripts

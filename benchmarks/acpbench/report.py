@@ -13,7 +13,8 @@ from .measure import Outcome
 from .scenarios import SCENARIOS, Scenario
 
 # (numerator, denominator) pairs shown as ratio columns
-RATIOS = (("ours", "official"), ("ours-async", "official"), ("ours", "ours-baseline"), ("ours", "bare"),
+RATIOS = (("ours", "official"), ("ours-async", "official"), ("ours", "ours-baseline"), ("ours-session", "ours"),
+          ("ours", "bare"),
           ("conn", "official"), ("conn", "bare"), ("ours", "yardstick-cork"), ("ours", "yardstick-lf"))
 
 

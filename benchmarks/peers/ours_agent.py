@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
+from typing import Any
+
 from _common import FILE_CONTENT, READ_PATH, agent_reply
 
 import acp
 from acp import schema
 
 sessions: dict[str, str] = {}
+ORDERING: Any = os.environ.get("ACP_BENCH_ORDERING", "connection")  # see ours_client.py
 
 
 def new_session(request: schema.NewSessionRequest, ctx: object) -> schema.NewSessionResponse:
@@ -36,6 +40,7 @@ def main() -> None:
     agent = (
         acp.SyncAgent.builder()
         .agent_info(name="bench", version="1")
+        .ordering(ORDERING)
         .new_session_handler(new_session)
         .prompt_handler(prompt)
         .build()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from contextlib import ExitStack
 from pathlib import Path
@@ -13,6 +14,8 @@ import acp
 from acp import schema
 
 AGENT = [sys.executable, str(Path(__file__).with_name("ours_agent.py"))]
+# "session" for the ours-session rows (ours_session_client.py); the agent reads it too.
+ORDERING: Any = os.environ.get("ACP_BENCH_ORDERING", "connection")
 
 
 class OursClient:
@@ -22,6 +25,7 @@ class OursClient:
         builder = (
             acp.SyncClient.builder()
             .agent_process(*AGENT)
+            .ordering(ORDERING)
             .session_update_handler(self.on_update)
             .read_text_file_handler(self.on_read)
         )
