@@ -37,15 +37,15 @@ def prompt(request: schema.PromptRequest, ctx: acp.PromptContext) -> str | None:
 
 
 def main() -> None:
-    agent = (
+    builder = (
         acp.SyncAgent.builder()
         .agent_info(name="bench", version="1")
-        .ordering(ORDERING)
         .new_session_handler(new_session)
         .prompt_handler(prompt)
-        .build()
     )
-    agent.serve_stdio()
+    if ORDERING != "connection":  # only then: the --baseline build may predate ordering()
+        builder.ordering(ORDERING)
+    builder.build().serve_stdio()
 
 
 if __name__ == "__main__":

@@ -25,10 +25,11 @@ class OursClient:
         builder = (
             acp.SyncClient.builder()
             .agent_process(*AGENT)
-            .ordering(ORDERING)
             .session_update_handler(self.on_update)
             .read_text_file_handler(self.on_read)
         )
+        if ORDERING != "connection":  # only then: the --baseline build may predate ordering()
+            builder.ordering(ORDERING)
         self.stack = ExitStack()
         self.client: Any = self.stack.enter_context(builder.build())
 
