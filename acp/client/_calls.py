@@ -22,7 +22,7 @@ from .. import schema
 from ..capabilities import NegotiatedCapabilities
 from ..errors import AcpError, CapabilityError, ConnectionClosedError
 from ._handlers import install_handlers
-from ._plans import Close, Explain, Notify, Plan, Send, operation
+from ._plans import Call, Close, Explain, Notify, Plan, Send, operation
 from ._turns import TurnTracker
 from ._unstable import UnstableMethods, system_prompt_value
 from .config import ClientConfig
@@ -288,20 +288,37 @@ class ClientCalls(UnstableMethods):
 
     # ------------------------------------------------------------------ core
 
-    def _send(self, method: str, params: Any, *, timeout: Any = DEFAULT) -> Plan[Any]:
-        """Check, send ``method`` and resume with its typed result."""
+    def _request(self, method: str, params: Any, *, timeout: Any = DEFAULT) -> Call[Any]:
+        """Check ``method`` with ``params`` and describe its sending: the ``Send`` itself (the
+        common case: no generator to create and resume), or a plan when the connection is
+        closed (the runtime explains why) or DEBUG logging wants the answer."""
         spec = _agent_method(method)
-        negotiated = yield from self._check(method, spec.unstable)
+        if spec.unstable:
+            self._check_unstable(method)
+        if self.is_closed:
+            return self._explain(method)
+        negotiated = self._refuse(method)
         self._check_params(negotiated, method, params)
         if timeout is DEFAULT:
             timeout = self._config.request_timeout
-        debug = _log.isEnabledFor(logging.DEBUG)
-        if debug:
-            _log.debug("-> %s %s", method, schema.encode(params).decode("utf-8", "replace"))
-        result = yield Send(method, params, spec.result_type, timeout)
-        if debug:
-            _log.debug("<- %s %r", method, result)
+        effect = Send(method, params, spec.result_type, timeout)
+        if _log.isEnabledFor(logging.DEBUG):
+            return self._logged(effect)
+        return effect
+
+    def _explain(self, method: str) -> Plan[Any]:
+        raise (yield Explain(method))
+
+    def _logged(self, effect: Send) -> Plan[Any]:
+        _log.debug("-> %s %s", effect.method, schema.encode(effect.params).decode("utf-8", "replace"))
+        result = yield effect
+        _log.debug("<- %s %r", effect.method, result)
         return result
+
+    def _send(self, method: str, params: Any, *, timeout: Any = DEFAULT) -> Plan[Any]:
+        """Check, send ``method`` and resume with its typed result (inside a larger plan)."""
+        call = self._request(method, params, timeout=timeout)
+        return (yield call) if isinstance(call, Send) else (yield from call)
 
     def _notify(self, method: str, params: Any) -> Plan[None]:
         """Check and send the notification ``method``."""
@@ -351,7 +368,7 @@ class ClientCalls(UnstableMethods):
             client_info=self._config.client_info,
             field_meta=meta,
         )
-        return (yield from self._initialize(request, timeout))
+        return self._initialize(request, timeout)
 
     def _initialize(self, request: schema.InitializeRequest, timeout: Any) -> Plan[schema.InitializeResponse]:
         if request.protocol_version not in SUPPORTED_PROTOCOL_VERSIONS:
@@ -387,17 +404,15 @@ class ClientCalls(UnstableMethods):
         return response
 
     @operation
-    def authenticate(self, method_id: str, *, meta: dict[str, Any] | None = None) -> Plan[schema.AuthenticateResponse]:
+    def authenticate(self, method_id: str, *, meta: dict[str, Any] | None = None) -> Call[schema.AuthenticateResponse]:
         """``authenticate`` with one of the agent's ``auth_methods``."""
         request = schema.AuthenticateRequest(method_id=method_id, field_meta=meta)
-        result: schema.AuthenticateResponse = yield from self._send("authenticate", request)
-        return result
+        return self._request("authenticate", request)
 
     @operation
-    def logout(self, *, meta: dict[str, Any] | None = None) -> Plan[schema.LogoutResponse]:
+    def logout(self, *, meta: dict[str, Any] | None = None) -> Call[schema.LogoutResponse]:
         """``logout`` (only if the agent advertised ``auth.logout``)."""
-        result: schema.LogoutResponse = yield from self._send("logout", schema.LogoutRequest(field_meta=meta))
-        return result
+        return self._request("logout", schema.LogoutRequest(field_meta=meta))
 
     # ------------------------------------------------------------------ sessions
 
@@ -410,7 +425,7 @@ class ClientCalls(UnstableMethods):
         *,
         system_prompt: _u.SystemPrompt | str | None = None,
         meta: dict[str, Any] | None = None,
-    ) -> Plan[schema.NewSessionResponse]:
+    ) -> Call[schema.NewSessionResponse]:
         """``session/new`` in the absolute directory ``cwd``; answers the new ``session_id``.
 
         ``system_prompt`` (unstable; needs the opt-in and the agent's
@@ -424,8 +439,7 @@ class ClientCalls(UnstableMethods):
             system_prompt=system_prompt_value(system_prompt),
             field_meta=meta,
         )
-        result: schema.NewSessionResponse = yield from self._send("session/new", request)
-        return result
+        return self._request("session/new", request)
 
     @operation
     def load_session(
@@ -437,7 +451,7 @@ class ClientCalls(UnstableMethods):
         *,
         system_prompt: _u.SystemPrompt | str | None = None,
         meta: dict[str, Any] | None = None,
-    ) -> Plan[schema.LoadSessionResponse]:
+    ) -> Call[schema.LoadSessionResponse]:
         """``session/load`` (if the agent advertised ``loadSession``). The agent replays the
         conversation as ``session/update`` notifications; all of them have been handled when
         this returns. ``system_prompt``: as for :meth:`new_session` (send the same one)."""
@@ -449,8 +463,7 @@ class ClientCalls(UnstableMethods):
             system_prompt=system_prompt_value(system_prompt),
             field_meta=meta,
         )
-        result: schema.LoadSessionResponse = yield from self._send("session/load", request)
-        return result
+        return self._request("session/load", request)
 
     @operation
     def list_sessions(
@@ -460,7 +473,7 @@ class ClientCalls(UnstableMethods):
         *,
         archived: _u.SessionArchiveFilter | None = None,
         meta: dict[str, Any] | None = None,
-    ) -> Plan[schema.ListSessionsResponse]:
+    ) -> Call[schema.ListSessionsResponse]:
         """One page of ``session/list`` (if advertised); see :meth:`iter_sessions`.
         ``archived`` (unstable; needs ``sessionCapabilities.archive``): ``"exclude"`` (the
         agent's default), ``"include"`` or ``"only"``."""
@@ -470,8 +483,7 @@ class ClientCalls(UnstableMethods):
             archived=archived,
             field_meta=meta,
         )
-        result: schema.ListSessionsResponse = yield from self._send("session/list", request)
-        return result
+        return self._request("session/list", request)
 
     @operation
     def resume_session(
@@ -483,7 +495,7 @@ class ClientCalls(UnstableMethods):
         *,
         system_prompt: _u.SystemPrompt | str | None = None,
         meta: dict[str, Any] | None = None,
-    ) -> Plan[schema.ResumeSessionResponse]:
+    ) -> Call[schema.ResumeSessionResponse]:
         """``session/resume`` (if advertised): reattach without replaying the history.
         ``system_prompt``: as for :meth:`new_session` (send the same one)."""
         request = schema.ResumeSessionRequest(
@@ -494,36 +506,32 @@ class ClientCalls(UnstableMethods):
             system_prompt=system_prompt_value(system_prompt),
             field_meta=meta,
         )
-        result: schema.ResumeSessionResponse = yield from self._send("session/resume", request)
-        return result
+        return self._request("session/resume", request)
 
     @operation
-    def close_session(self, session_id: str, *, meta: dict[str, Any] | None = None) -> Plan[schema.CloseSessionResponse]:
+    def close_session(self, session_id: str, *, meta: dict[str, Any] | None = None) -> Call[schema.CloseSessionResponse]:
         """``session/close`` (if advertised): the agent frees the session."""
         request = schema.CloseSessionRequest(session_id=session_id, field_meta=meta)
-        result: schema.CloseSessionResponse = yield from self._send("session/close", request)
-        return result
+        return self._request("session/close", request)
 
     @operation
-    def delete_session(self, session_id: str, *, meta: dict[str, Any] | None = None) -> Plan[schema.DeleteSessionResponse]:
+    def delete_session(self, session_id: str, *, meta: dict[str, Any] | None = None) -> Call[schema.DeleteSessionResponse]:
         """``session/delete`` (if advertised): remove the session from ``session/list``."""
         request = schema.DeleteSessionRequest(session_id=session_id, field_meta=meta)
-        result: schema.DeleteSessionResponse = yield from self._send("session/delete", request)
-        return result
+        return self._request("session/delete", request)
 
     @operation
     def set_session_mode(
         self, session_id: str, mode_id: str, *, meta: dict[str, Any] | None = None
-    ) -> Plan[schema.SetSessionModeResponse]:
+    ) -> Call[schema.SetSessionModeResponse]:
         """``session/set_mode``: switch to one of the modes the session offered."""
         request = schema.SetSessionModeRequest(session_id=session_id, mode_id=mode_id, field_meta=meta)
-        result: schema.SetSessionModeResponse = yield from self._send("session/set_mode", request)
-        return result
+        return self._request("session/set_mode", request)
 
     @operation
     def set_session_config_option(
         self, session_id: str, config_id: str, value: str | bool, *, meta: dict[str, Any] | None = None
-    ) -> Plan[schema.SetSessionConfigOptionResponse]:
+    ) -> Call[schema.SetSessionConfigOptionResponse]:
         """``session/set_config_option``: a select option takes a value id, a boolean one a bool."""
         request = schema.SetSessionConfigOptionRequest(
             session_id=session_id,
@@ -532,8 +540,7 @@ class ClientCalls(UnstableMethods):
             type="boolean" if isinstance(value, bool) else None,
             field_meta=meta,
         )
-        result: schema.SetSessionConfigOptionResponse = yield from self._send("session/set_config_option", request)
-        return result
+        return self._request("session/set_config_option", request)
 
     # ------------------------------------------------------------------ prompt turns
 
@@ -554,14 +561,15 @@ class ClientCalls(UnstableMethods):
         agent goes away mid-turn, :class:`ConnectionClosedError` is raised.
         """
         request = schema.PromptRequest(session_id=session_id, prompt=_content(prompt), field_meta=meta)
-        return (yield from self._prompt(request, timeout))
+        return self._prompt(request, timeout)
 
     def _prompt(self, request: schema.PromptRequest, timeout: Any) -> Plan[schema.PromptResponse]:
         if timeout is DEFAULT:
             timeout = self._config.prompt_timeout
         self._turns.prompt_started(request.session_id)
         try:
-            result: schema.PromptResponse = yield from self._send("session/prompt", request, timeout=timeout)
+            call = self._request("session/prompt", request, timeout=timeout)
+            result: schema.PromptResponse = (yield call) if isinstance(call, Send) else (yield from call)
             return result
         except BaseException as exc:
             if self._ends_turn(exc) and not self.is_closed:

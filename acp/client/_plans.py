@@ -6,7 +6,9 @@ sent back their
 results. :class:`BlockingCalls` (``SyncClient``) performs each effect and blocks;
 :class:`AwaitableCalls` (``AsyncClient``) awaits it. A failure of an effect is thrown into the
 plan at its ``yield``, so the plan's ``try``/``finally`` blocks (the turn bookkeeping of
-``prompt``) run on both runtimes alike, task cancellation included.
+``prompt``) run on both runtimes alike, task cancellation included. A call that is just one
+checked request returns its :class:`Send` instead of a plan (see :data:`Call`): the same
+description for both runtimes, with no generator to drive on the hot path.
 
 :class:`operation` turns a plan method into the public method of each runtime, with its own
 static type: ``client.new_session(...)`` returns a ``NewSessionResponse`` on ``SyncClient`` and
@@ -34,6 +36,7 @@ __all__ = [
     "Notify",
     "Plan",
     "Send",
+    "Call",
     "explained",
     "operation",
 ]
@@ -104,6 +107,9 @@ def explained(effect: Effect, exc: ConnectionClosedError) -> bool:
     return not (type(effect) is Send and effect.keep_subclass and type(exc) is not ConnectionClosedError)
 #: A call's plan: yields effects, is sent their results, returns the call's result.
 Plan = Generator[Effect, Any, R]
+#: What an operation returns: a plan, or (the common case of a call that is one request) the
+#: ``Send`` itself, which the runtime performs with no generator to create and resume.
+Call = Union[Send, Plan[R]]
 
 
 class BlockingCalls:
@@ -127,10 +133,13 @@ class BlockingCalls:
             result: R = stop.value
             return result
 
-    def _bind(self, plan: Callable[..., Plan[Any]]) -> Callable[..., Any]:
+    def _bind(self, plan: Callable[..., Call[Any]]) -> Callable[..., Any]:
         @functools.wraps(plan)
         def call(*args: Any, **kwargs: Any) -> Any:
-            return self._run(plan(self, *args, **kwargs))
+            work = plan(self, *args, **kwargs)
+            if type(work) is Send:  # one request: its outcome is the call's
+                return self._perform(work)
+            return self._run(work)  # type: ignore[arg-type]  # a Plan
 
         return call
 
@@ -156,10 +165,13 @@ class AwaitableCalls:
             result: R = stop.value
             return result
 
-    def _bind(self, plan: Callable[..., Plan[Any]]) -> Callable[..., Any]:
+    def _bind(self, plan: Callable[..., Call[Any]]) -> Callable[..., Any]:
         @functools.wraps(plan)
         async def call(*args: Any, **kwargs: Any) -> Any:
-            return await self._run(plan(self, *args, **kwargs))
+            work = plan(self, *args, **kwargs)
+            if type(work) is Send:  # one request: its outcome is the call's
+                return await self._perform(work)
+            return await self._run(work)  # type: ignore[arg-type]  # a Plan
 
         return call
 
@@ -169,7 +181,7 @@ class operation(Generic[P, R]):
     one on an :class:`AwaitableCalls` (same name, parameters and docstring). The bound
     method is made on first use and kept on the instance."""
 
-    def __init__(self, plan: Callable[Concatenate[Any, P], Plan[R]]) -> None:
+    def __init__(self, plan: Callable[Concatenate[Any, P], Call[R]]) -> None:
         self.plan = plan
         self.name = plan.__name__
         self._signature: inspect.Signature | None = None
