@@ -4,7 +4,8 @@ Calling convention (uniform across the SDK): a request handler is ``handler(requ
 with the typed params Struct and a :class:`ClientRequestContext`, and returns the typed
 response Struct; a notification handler is ``handler(notification)``.
 
-Each adapter is a plan (:mod:`acp.client._plans`) that yields ``Invoke(handler, args)``: the
+Each adapter is a plan (:mod:`acp.client._plans`) that yields ``Invoke(handler, args)`` (or,
+for a plain request handler, that ``Invoke`` settled by one shared ``finish`` function): the
 threaded runtime calls the handler there and then; the asyncio runtime awaits an ``async def``
 handler on the loop and runs a plain one on its executor. The context, the answer's coercion,
 the spec's error codes and the permission bookkeeping are written here once.
@@ -66,6 +67,10 @@ class HandlerRuntime(Protocol):
         """Drive ``plan``: its result (blocking) or an awaitable of it."""
         ...
 
+    def _settle(self, effect: Invoke, finish: Callable[[Invoke, Any, BaseException | None], Any]) -> Any:
+        """Perform ``effect`` and hand its outcome to ``finish`` (blocking) or an awaitable of that."""
+        ...
+
     def _call_view(self, call: Any) -> CallView:
         """What a handler's context reads of the connection's inbound call."""
         ...
@@ -83,25 +88,25 @@ class Registrar(Protocol):
     def on_notification(self, method: str, handler: Callable[[Any], Any], params_type: Any = None) -> None: ...
 
 
-def _request_plan(
-    client: HandlerRuntime, method: str, fn: RequestFn, result_type: Any, params: Any, call: Any
-) -> Plan[Any]:
-    ctx = ClientRequestContext(client._call_view(call), client, _session_of(params))
-    try:
-        result = yield Invoke(fn, (params, ctx))
-    except FileNotFoundError as exc:
-        if not method.startswith("fs/"):
-            raise
-        # The spec's code for a missing file, so agents can tell it from a failure.
-        raise RequestError.resource_not_found(getattr(params, "path", None) or exc.filename) from None
-    return _coerce(method, result, result_type)
-
-
 def _request_adapter(
     client: HandlerRuntime, method: str, fn: RequestFn, result_type: Any
 ) -> Callable[[Any, Any], Any]:
+    # One Invoke and a plain function for its outcome (no plan generator: the hot path of
+    # fs/read_text_file); both runtimes settle it with the same ``finish``.
+    fs = method.startswith("fs/")
+
+    def finish(effect: Invoke, result: Any, error: BaseException | None) -> Any:
+        if error is not None:
+            if fs and isinstance(error, FileNotFoundError):
+                # The spec's code for a missing file, so agents can tell it from a failure.
+                params = effect.args[0]
+                raise RequestError.resource_not_found(getattr(params, "path", None) or error.filename) from None
+            raise error
+        return _coerce(method, result, result_type)
+
     def handle(params: Any, call: Any) -> Any:
-        return client._run(_request_plan(client, method, fn, result_type, params, call))
+        ctx = ClientRequestContext(client._call_view(call), client, _session_of(params))
+        return client._settle(Invoke(fn, (params, ctx)), finish)
 
     return handle
 

@@ -133,6 +133,15 @@ class BlockingCalls:
             result: R = stop.value
             return result
 
+    def _settle(self, effect: Invoke, finish: Callable[[Invoke, Any, BaseException | None], R]) -> R:
+        """Perform one effect and return ``finish(effect, result, None)``, or on failure
+        ``finish(effect, None, error)`` (which raises): a one-effect plan with no generator."""
+        try:
+            value = self._perform(effect)
+        except BaseException as exc:
+            return finish(effect, None, exc)
+        return finish(effect, value, None)
+
     def _bind(self, plan: Callable[..., Call[Any]]) -> Callable[..., Any]:
         @functools.wraps(plan)
         def call(*args: Any, **kwargs: Any) -> Any:
@@ -164,6 +173,15 @@ class AwaitableCalls:
         except StopIteration as stop:  # the plan returned
             result: R = stop.value
             return result
+
+    async def _settle(self, effect: Invoke, finish: Callable[[Invoke, Any, BaseException | None], R]) -> R:
+        """Perform one effect and return ``finish(effect, result, None)``, or on failure
+        ``finish(effect, None, error)`` (which raises): a one-effect plan with no generator."""
+        try:
+            value = await self._perform(effect)
+        except BaseException as exc:  # CancelledError too: finish re-raises it
+            return finish(effect, None, exc)
+        return finish(effect, value, None)
 
     def _bind(self, plan: Callable[..., Call[Any]]) -> Callable[..., Any]:
         @functools.wraps(plan)
