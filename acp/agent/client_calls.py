@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Generator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar
 
 from .. import schema
@@ -43,18 +42,29 @@ _UNBOUNDED = frozenset({"session/request_permission", "terminal/wait_for_exit", 
 _UNSTABLE_UPDATE_TAGS = frozenset({"subagent_update", "session_message", "session_message_chunk"})
 
 
-@dataclass(frozen=True)
 class ClientCall:
     """One request the steps want answered. ``abandon``: a cancelled turn abandons the call
     (``$/cancel_request``); False for calls whose answer must not be lost (a created terminal's
-    id). ``refuse``: a turn already cancelled refuses it before sending; False for clean-up."""
+    id). ``refuse``: a turn already cancelled refuses it before sending; False for clean-up.
 
-    method: str
-    params: Any
-    result_type: Any
-    timeout: float | None = DEFAULT
-    abandon: bool = True
-    refuse: bool = True
+    A plain class with slots, not a frozen dataclass: one is made per agent -> client call, and
+    a frozen dataclass's ``__init__`` (``object.__setattr__`` per field) took 0.56 us, this 0.12."""
+
+    __slots__ = ("method", "params", "result_type", "timeout", "abandon", "refuse")
+
+    def __init__(
+        self, method: str, params: Any, result_type: Any, timeout: float | None = DEFAULT,
+        abandon: bool = True, refuse: bool = True,
+    ) -> None:
+        self.method = method
+        self.params = params
+        self.result_type = result_type
+        self.timeout = timeout
+        self.abandon = abandon
+        self.refuse = refuse
+
+    def __repr__(self) -> str:
+        return f"ClientCall({self.method!r}, timeout={self.timeout!r}, abandon={self.abandon}, refuse={self.refuse})"
 
     def timeout_for(self, default: float | None) -> float | None:
         """The timeout to use, given the connection's ``request_timeout``."""
