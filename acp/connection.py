@@ -535,7 +535,11 @@ class Connection:
         finally:
             if forget is not None:
                 forget()
-        return self._endpoint.outcome(pending)
+        # The endpoint's outcome(), inlined (one call less per request).
+        if pending.error is not None:
+            raise pending.error
+        assert pending.raw is not None
+        return self._endpoint.decode_result(pending, pending.raw)
 
     def request_future(
         self,

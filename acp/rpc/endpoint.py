@@ -326,8 +326,11 @@ class Endpoint:
         """Decode a result as the call's ``result_type``; a malformed one raises -32603."""
         if pending.result_type is None:
             return ANY_DECODER.decode(raw)
+        decoder = _DECODERS.get(pending.result_type)  # decoder_for's cache, read inline: hot
+        if decoder is None:
+            decoder = decoder_for(pending.result_type)
         try:
-            return decode_payload(raw, decoder_for(pending.result_type))
+            return decode_payload(raw, decoder)
         except msgspec.ValidationError as exc:
             raise RequestError(INTERNAL_ERROR, f"{pending.method}: malformed result: {exc}") from None
 

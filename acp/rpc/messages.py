@@ -268,15 +268,15 @@ class Encoder:
 
     def request(self, msg_id: RequestId, method: str, params: Any) -> bytes:
         """A request line; ``params`` is a Struct, a dict, Raw or None (omitted)."""
-        return self._line(_OutRequest("2.0", msg_id, method, params))
+        return self._encoder.encode(_OutRequest("2.0", msg_id, method, params)) + b"\n"  # _line, inlined: hot
 
     def notification(self, method: str, params: Any) -> bytes:
         """A notification line."""
-        return self._line(_OutNotification("2.0", method, params))
+        return self._encoder.encode(_OutNotification("2.0", method, params)) + b"\n"  # _line, inlined: hot
 
     def response(self, msg_id: RequestId, result: Any) -> bytes:
         """A success answer; a None result is written as ``{}`` (ACP results are objects)."""
-        return self._line(_OutResponse("2.0", msg_id, _EMPTY_OBJECT if result is None else result))
+        return self._encoder.encode(_OutResponse("2.0", msg_id, _EMPTY_OBJECT if result is None else result)) + b"\n"
 
     def error(self, msg_id: RequestId | None, code: int, message: str, data: Any = None) -> bytes:
         """An error answer; ``msg_id`` is None when the request id is unknown."""
