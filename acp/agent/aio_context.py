@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from .. import schema
@@ -94,7 +94,10 @@ class AsyncClientProxy(ClientCalls):
             except BaseException as exc:  # into the steps: their clean-up runs
                 result, error = None, exc
 
-    async def _perform(self, call: ClientCall) -> Any:
+    def _perform(self, call: ClientCall) -> Awaitable[Any]:
+        # A plain function returning the awaitable (a refusal raises here, inside _run's try):
+        # an abandonable call awaits the connection's request coroutine directly, one
+        # coroutine frame less per call.
         method = call.method
         token = self._token
         if token is not None and call.refuse and token.is_cancelled:
@@ -106,7 +109,11 @@ class AsyncClientProxy(ClientCalls):
         request = connection.request(method, call.params, call.result_type, timeout=timeout)
         if call.abandon:
             # Cancelling this task sends $/cancel_request (the late answer is dropped).
-            return await request
+            return request
+        return self._unabandoned(request)
+
+    @staticmethod
+    async def _unabandoned(request: Coroutine[Any, Any, Any]) -> Any:
         task = asyncio.ensure_future(request)
         try:
             return await asyncio.shield(task)

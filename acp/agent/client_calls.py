@@ -43,7 +43,9 @@ _UNBOUNDED = frozenset({"session/request_permission", "terminal/wait_for_exit", 
 _UNSTABLE_UPDATE_TAGS = frozenset({"subagent_update", "session_message", "session_message_chunk"})
 
 
-@dataclass(frozen=True)
+# Not frozen: a frozen dataclass's __init__ sets each field through object.__setattr__
+# (~0.55 us per call against ~0.15 us), paid once per agent -> client request. Treat as read-only.
+@dataclass(slots=True)
 class ClientCall:
     """One request the steps want answered. ``abandon``: a cancelled turn abandons the call
     (``$/cancel_request``); False for calls whose answer must not be lost (a created terminal's
