@@ -19,7 +19,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar
 
 from .. import schema
-from ..capabilities import UPDATE_CAPABILITY, NegotiatedCapabilities, gated_update_tag
+from ..capabilities import (
+    _BASELINE_UPDATE_TYPES,
+    UPDATE_CAPABILITY,
+    NegotiatedCapabilities,
+    gated_update_tag,
+)
 from ..errors import CapabilityError, RequestCancelledError
 from .state import ConnectionState
 
@@ -130,21 +135,25 @@ class ClientCalls:
         ``compaction_summary_chunk`` need ``session.compaction``, and the unstable
         ``subagent_update`` / ``session_message*`` need ``subagents`` (and the opt-in).
         """
-        tag = gated_update_tag(notification.update)
-        if tag is not None:  # baseline kinds (chunks, tool calls...) need nothing
-            what = f"session/update {tag!r}"
-            if tag in _UNSTABLE_UPDATE_TAGS:
-                self._require_unstable(what)
-            self._state.capabilities.require(UPDATE_CAPABILITY[tag], what)
+        # Baseline kinds (chunks, tool calls...) need nothing: checked inline, as this runs
+        # once per streamed chunk.
+        if type(notification.update) not in _BASELINE_UPDATE_TYPES:
+            tag = gated_update_tag(notification.update)
+            if tag is not None:
+                what = f"session/update {tag!r}"
+                if tag in _UNSTABLE_UPDATE_TAGS:
+                    self._require_unstable(what)
+                self._state.capabilities.require(UPDATE_CAPABILITY[tag], what)
         connection = self._connection
+        gate = self._gate
+        if gate is None:
+            connection.notify("session/update", notification)
+            return True
 
         def emit() -> None:
             connection.notify("session/update", notification)
 
-        if self._gate is None:
-            emit()
-            return True
-        if self._gate(emit):
+        if gate(emit):
             return True
         _log.debug("session %s: update after the prompt was answered; dropped", notification.session_id)
         return False
