@@ -126,7 +126,13 @@ class _SessionMethods:
     def send_message(self, content: _Content, *, meta: dict[str, Any] | None = None) -> bool:
         """Stream a piece of the agent's reply (``agent_message_chunk``); ``meta`` is its
         ``_meta``."""
-        return self.send_update(schema.AgentMessageChunk(content=_block(content), field_meta=meta))
+        # send_update and _block inlined: this runs once per streamed chunk.
+        block = schema.TextContent(text=content) if isinstance(content, str) else content
+        return self._client.session_update(
+            schema.SessionNotification(
+                session_id=self.session_id, update=schema.AgentMessageChunk(content=block, field_meta=meta)
+            )
+        )
 
     def send_thought(self, content: _Content, *, meta: dict[str, Any] | None = None) -> bool:
         """Stream a piece of the agent's reasoning (``agent_thought_chunk``); ``meta`` is its
