@@ -223,10 +223,15 @@ class AsyncPromptContext(_PromptBase, AsyncAgentRequestContext):
     _client: AsyncClientProxy
 
     def __init__(self, state: ConnectionState, call: Call, turn: Turn, request: schema.PromptRequest) -> None:
+        # The bases' __init__ inlined (one context per prompt): keep in step with
+        # AsyncAgentRequestContext and _ContextBase.
         self._turn = turn
         self.session_id = request.session_id
         self.request = request
-        super().__init__(state, call, turn.token)
+        self._event = None
+        self._state = state
+        self._call = call
+        self._token = turn.token
 
     async def read_file(self, path: str, line: int | None = None, limit: int | None = None) -> str:
         """The text of ``path`` (``fs/read_text_file``); raises on failure."""
