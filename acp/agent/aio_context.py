@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from .. import schema
 from ..errors import RequestCancelledError
 from .cancellation import CancelToken
-from .client_calls import DEFAULT, ClientCall, ClientCalls, Steps, T
+from .client_calls import DEFAULT, ClientCall, ClientCalls, Gate, Steps, T
 from .commands import CommandResult
 from .context import _ContextBase, _PromptBase, _ToolContent
 from .state import Call, ConnectionState
@@ -52,7 +52,7 @@ class AsyncClientProxy(ClientCalls):
         self,
         state: ConnectionState,
         token: CancelToken | None = None,
-        gate: Callable[[Callable[[], None]], bool] | None = None,
+        gate: Gate | None = None,
         cancellable: bool = True,
     ) -> None:
         super().__init__(state, gate, None, cancellable)
@@ -195,7 +195,7 @@ class AsyncAgentRequestContext(_ContextBase):
         super().__init__(state, call, token)
 
     def _make_client(
-        self, state: ConnectionState, token: CancelToken, gate: Callable[[Callable[[], None]], bool] | None
+        self, state: ConnectionState, token: CancelToken, gate: Gate | None
     ) -> AsyncClientProxy:
         return AsyncClientProxy(state, token, gate)
 

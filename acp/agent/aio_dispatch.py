@@ -28,6 +28,7 @@ from . import handling as h
 from .aio_context import AsyncAgentRequestContext, AsyncPromptContext
 from .builder import is_async_callable
 from .cancellation import CancelToken
+from .client_calls import Gate, Notifier
 from .context import AgentRequestContext, PromptContext
 from .spec import AgentSpec
 from .state import Call, ConnectionState
@@ -62,12 +63,12 @@ class LoopBridge:
         else:
             self._submit(self._notify(method, params))
 
-    def gated(self, turn: Turn, emit: Callable[[], None]) -> bool:
+    def gated(self, turn: Turn, connection: Notifier, notification: schema.SessionNotification) -> bool:
         """A turn's update from the worker thread: checked against the turn's answer on the
         loop, where the answer is sent (an update never follows it). True: handed over."""
         if threading.get_ident() == self._loop_thread:
-            return turn.send(emit)
-        self._submit(self._send(turn, emit))
+            return turn.send(connection, notification)
+        self._submit(self._send(turn, connection, notification))
         return True
 
     def request(
@@ -100,8 +101,8 @@ class LoopBridge:
     async def _notify(self, method: str, params: Any) -> None:
         self._connection.notify(method, params)
 
-    async def _send(self, turn: Turn, emit: Callable[[], None]) -> None:
-        if not turn.send(emit):
+    async def _send(self, turn: Turn, connection: Notifier, notification: schema.SessionNotification) -> None:
+        if not turn.send(connection, notification):
             _log.debug("session %s: update after the prompt was answered; dropped", turn.session_id)
 
 
@@ -114,9 +115,9 @@ class _BridgedPromptContext(PromptContext):
         self._bridge = bridge
         super().__init__(state, call, turn, request, connection=bridge)
 
-    def _gate(self) -> Callable[[Callable[[], None]], bool] | None:
+    def _gate(self) -> Gate | None:
         turn, bridge = self._turn, self._bridge
-        return lambda emit: bridge.gated(turn, emit)
+        return lambda connection, notification: bridge.gated(turn, connection, notification)
 
 
 def install(spec: AgentSpec, state: ConnectionState, conn: AsyncConnection) -> None:

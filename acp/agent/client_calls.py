@@ -31,7 +31,7 @@ from .state import ConnectionState
 if TYPE_CHECKING:
     from ..schema import unstable as _unstable
 
-__all__ = ["ClientCall", "ClientCalls", "Steps", "Notifier"]
+__all__ = ["ClientCall", "ClientCalls", "Steps", "Notifier", "Gate"]
 
 _log = logging.getLogger("acp.agent")
 
@@ -82,6 +82,11 @@ class Notifier(Protocol):
     def notify(self, method: str, params: Any = None) -> None: ...
 
 
+Gate = Callable[[Notifier, "schema.SessionNotification"], bool]
+"""A prompt turn's "send this ``session/update`` on this connection unless the prompt was
+answered" (:meth:`~acp.agent.turns.Turn.send`); True if sent (or handed over to be)."""
+
+
 class ClientCalls:
     """The client's methods for one connection (and optionally one prompt turn): the shared
     half of :class:`~acp.agent.ClientProxy` and :class:`~acp.agent.AsyncClientProxy`."""
@@ -89,7 +94,7 @@ class ClientCalls:
     def __init__(
         self,
         state: ConnectionState,
-        gate: Callable[[Callable[[], None]], bool] | None = None,
+        gate: Gate | None = None,
         connection: Notifier | None = None,
         cancellable: bool = True,
     ) -> None:
@@ -144,16 +149,11 @@ class ClientCalls:
                 if tag in _UNSTABLE_UPDATE_TAGS:
                     self._require_unstable(what)
                 self._state.capabilities.require(UPDATE_CAPABILITY[tag], what)
-        connection = self._connection
         gate = self._gate
         if gate is None:
-            connection.notify("session/update", notification)
+            self._connection.notify("session/update", notification)
             return True
-
-        def emit() -> None:
-            connection.notify("session/update", notification)
-
-        if gate(emit):
+        if gate(self._connection, notification):
             return True
         _log.debug("session %s: update after the prompt was answered; dropped", notification.session_id)
         return False
