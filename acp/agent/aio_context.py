@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from .. import schema
 from ..errors import RequestCancelledError
 from .cancellation import CancelToken
-from .client_calls import DEFAULT, ClientCall, ClientCalls, Steps, T
+from .client_calls import DEFAULT, ClientCall, ClientCalls, Gate, Steps, T
 from .commands import CommandResult
 from .context import _ContextBase, _PromptBase, _ToolContent
 from .state import Call, ConnectionState
@@ -52,7 +52,7 @@ class AsyncClientProxy(ClientCalls):
         self,
         state: ConnectionState,
         token: CancelToken | None = None,
-        gate: Callable[[Callable[[], None]], bool] | None = None,
+        gate: Gate | None = None,
         cancellable: bool = True,
     ) -> None:
         super().__init__(state, gate, None, cancellable)
@@ -94,7 +94,10 @@ class AsyncClientProxy(ClientCalls):
             except BaseException as exc:  # into the steps: their clean-up runs
                 result, error = None, exc
 
-    async def _perform(self, call: ClientCall) -> Any:
+    def _perform(self, call: ClientCall) -> Awaitable[Any]:
+        # A plain function returning the awaitable (a refusal raises here, inside _run's try):
+        # an abandonable call awaits the connection's request coroutine directly, one
+        # coroutine frame less per call.
         method = call.method
         token = self._token
         if token is not None and call.refuse and token.is_cancelled:
@@ -106,7 +109,11 @@ class AsyncClientProxy(ClientCalls):
         request = connection.request(method, call.params, call.result_type, timeout=timeout)
         if call.abandon:
             # Cancelling this task sends $/cancel_request (the late answer is dropped).
-            return await request
+            return request
+        return self._unabandoned(request)
+
+    @staticmethod
+    async def _unabandoned(request: Coroutine[Any, Any, Any]) -> Any:
         task = asyncio.ensure_future(request)
         try:
             return await asyncio.shield(task)
@@ -188,7 +195,7 @@ class AsyncAgentRequestContext(_ContextBase):
         super().__init__(state, call, token)
 
     def _make_client(
-        self, state: ConnectionState, token: CancelToken, gate: Callable[[Callable[[], None]], bool] | None
+        self, state: ConnectionState, token: CancelToken, gate: Gate | None
     ) -> AsyncClientProxy:
         return AsyncClientProxy(state, token, gate)
 
@@ -216,10 +223,15 @@ class AsyncPromptContext(_PromptBase, AsyncAgentRequestContext):
     _client: AsyncClientProxy
 
     def __init__(self, state: ConnectionState, call: Call, turn: Turn, request: schema.PromptRequest) -> None:
+        # The bases' __init__ inlined (one context per prompt): keep in step with
+        # AsyncAgentRequestContext and _ContextBase.
         self._turn = turn
         self.session_id = request.session_id
         self.request = request
-        super().__init__(state, call, turn.token)
+        self._event = None
+        self._state = state
+        self._call = call
+        self._token = turn.token
 
     async def read_file(self, path: str, line: int | None = None, limit: int | None = None) -> str:
         """The text of ``path`` (``fs/read_text_file``); raises on failure."""

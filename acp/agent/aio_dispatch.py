@@ -28,6 +28,7 @@ from . import handling as h
 from .aio_context import AsyncAgentRequestContext, AsyncPromptContext
 from .builder import is_async_callable
 from .cancellation import CancelToken
+from .client_calls import Gate, Notifier
 from .context import AgentRequestContext, PromptContext
 from .spec import AgentSpec
 from .state import Call, ConnectionState
@@ -62,12 +63,12 @@ class LoopBridge:
         else:
             self._submit(self._notify(method, params))
 
-    def gated(self, turn: Turn, emit: Callable[[], None]) -> bool:
+    def gated(self, turn: Turn, connection: Notifier, notification: schema.SessionNotification) -> bool:
         """A turn's update from the worker thread: checked against the turn's answer on the
         loop, where the answer is sent (an update never follows it). True: handed over."""
         if threading.get_ident() == self._loop_thread:
-            return turn.send(emit)
-        self._submit(self._send(turn, emit))
+            return turn.send(connection, notification)
+        self._submit(self._send(turn, connection, notification))
         return True
 
     def request(
@@ -100,8 +101,8 @@ class LoopBridge:
     async def _notify(self, method: str, params: Any) -> None:
         self._connection.notify(method, params)
 
-    async def _send(self, turn: Turn, emit: Callable[[], None]) -> None:
-        if not turn.send(emit):
+    async def _send(self, turn: Turn, connection: Notifier, notification: schema.SessionNotification) -> None:
+        if not turn.send(connection, notification):
             _log.debug("session %s: update after the prompt was answered; dropped", turn.session_id)
 
 
@@ -114,9 +115,9 @@ class _BridgedPromptContext(PromptContext):
         self._bridge = bridge
         super().__init__(state, call, turn, request, connection=bridge)
 
-    def _gate(self) -> Callable[[Callable[[], None]], bool] | None:
+    def _gate(self) -> Gate | None:
         turn, bridge = self._turn, self._bridge
-        return lambda emit: bridge.gated(turn, emit)
+        return lambda connection, notification: bridge.gated(turn, connection, notification)
 
 
 def install(spec: AgentSpec, state: ConnectionState, conn: AsyncConnection) -> None:
@@ -167,19 +168,39 @@ class _Wiring:
 
     # ---------------------------------------------------------------- wrappers
 
+    # The handler's kind is looked at once, here, not per call (is_async_callable costs about
+    # half a microsecond), and an async handler is awaited with no coroutine in between.
+
     def request(self, method: str, fn: Callable[..., Any], ext: bool) -> Callable[[Any, AsyncInboundCall], Any]:
-        async def run(params: Any, call: AsyncInboundCall) -> Any:
-            h.before(method, params, self.state, ext)
+        state = self.state
+        if is_async_callable(fn):
+
+            async def run(params: Any, call: AsyncInboundCall) -> Any:
+                h.before(method, params, state, ext)
+                return h.answer_value(method, await fn(params, AsyncAgentRequestContext(state, call)), ext)
+
+            return run
+
+        async def run_blocking(params: Any, call: AsyncInboundCall) -> Any:
+            h.before(method, params, state, ext)
             return h.answer_value(method, await self.call(fn, params, call), ext)
 
-        return run
+        return run_blocking
 
     def notification(self, method: str, fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
-        async def run(params: Any) -> None:
+        if is_async_callable(fn):
+
+            async def run(params: Any) -> None:
+                h.log_in(method, params)
+                await fn(params)
+
+            return run
+
+        async def run_blocking(params: Any) -> None:
             h.log_in(method, params)
             await self.notify_handler(fn, params)
 
-        return run
+        return run_blocking
 
     def initialize(self, user: Any) -> Callable[[Any, AsyncInboundCall], Any]:
         spec, state = self.spec, self.state

@@ -21,7 +21,11 @@ _log = logging.getLogger("acp.agent")
 class CancelToken:
     """A one-shot cancellation flag with removable callbacks (thread-safe)."""
 
-    __slots__ = ("_event", "_lock", "_callbacks", "_ids")
+    __slots__ = ("_event", "_lock", "_callbacks")
+
+    # One counter for every token (keys need only be unique per token): no count() made per
+    # token, one per prompt turn and request. next() on it is atomic under the GIL.
+    _ids = itertools.count()
 
     def __init__(self, first: Callable[[], None] | None = None) -> None:
         # The Event is made on first use: creating one costs ~4 us, and most turns are never
@@ -30,7 +34,6 @@ class CancelToken:
         self._event: threading.Event | None = None
         self._lock = threading.Lock()
         self._callbacks: dict[int, Callable[[], None]] | None = {} if first is None else {-1: first}
-        self._ids = itertools.count()
 
     @property
     def event(self) -> threading.Event:

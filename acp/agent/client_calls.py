@@ -18,14 +18,19 @@ from collections.abc import Generator
 from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar
 
 from .. import schema
-from ..capabilities import UPDATE_CAPABILITY, NegotiatedCapabilities, gated_update_tag
+from ..capabilities import (
+    _BASELINE_UPDATE_TYPES,
+    UPDATE_CAPABILITY,
+    NegotiatedCapabilities,
+    gated_update_tag,
+)
 from ..errors import CapabilityError, RequestCancelledError
 from .state import ConnectionState
 
 if TYPE_CHECKING:
     from ..schema import unstable as _unstable
 
-__all__ = ["ClientCall", "ClientCalls", "Steps", "Notifier"]
+__all__ = ["ClientCall", "ClientCalls", "Steps", "Notifier", "Gate"]
 
 _log = logging.getLogger("acp.agent")
 
@@ -85,6 +90,11 @@ class Notifier(Protocol):
     def notify(self, method: str, params: Any = None) -> None: ...
 
 
+Gate = Callable[[Notifier, "schema.SessionNotification"], bool]
+"""A prompt turn's "send this ``session/update`` on this connection unless the prompt was
+answered" (:meth:`~acp.agent.turns.Turn.send`); True if sent (or handed over to be)."""
+
+
 class ClientCalls:
     """The client's methods for one connection (and optionally one prompt turn): the shared
     half of :class:`~acp.agent.ClientProxy` and :class:`~acp.agent.AsyncClientProxy`."""
@@ -92,7 +102,7 @@ class ClientCalls:
     def __init__(
         self,
         state: ConnectionState,
-        gate: Callable[[Callable[[], None]], bool] | None = None,
+        gate: Gate | None = None,
         connection: Notifier | None = None,
         cancellable: bool = True,
     ) -> None:
@@ -138,21 +148,20 @@ class ClientCalls:
         ``compaction_summary_chunk`` need ``session.compaction``, and the unstable
         ``subagent_update`` / ``session_message*`` need ``subagents`` (and the opt-in).
         """
-        tag = gated_update_tag(notification.update)
-        if tag is not None:  # baseline kinds (chunks, tool calls...) need nothing
-            what = f"session/update {tag!r}"
-            if tag in _UNSTABLE_UPDATE_TAGS:
-                self._require_unstable(what)
-            self._state.capabilities.require(UPDATE_CAPABILITY[tag], what)
-        connection = self._connection
-
-        def emit() -> None:
-            connection.notify("session/update", notification)
-
-        if self._gate is None:
-            emit()
+        # Baseline kinds (chunks, tool calls...) need nothing: checked inline, as this runs
+        # once per streamed chunk.
+        if type(notification.update) not in _BASELINE_UPDATE_TYPES:
+            tag = gated_update_tag(notification.update)
+            if tag is not None:
+                what = f"session/update {tag!r}"
+                if tag in _UNSTABLE_UPDATE_TAGS:
+                    self._require_unstable(what)
+                self._state.capabilities.require(UPDATE_CAPABILITY[tag], what)
+        gate = self._gate
+        if gate is None:
+            self._connection.notify("session/update", notification)
             return True
-        if self._gate(emit):
+        if gate(self._connection, notification):
             return True
         _log.debug("session %s: update after the prompt was answered; dropped", notification.session_id)
         return False

@@ -11,13 +11,13 @@ Every call first checks what the client advertised on *this* connection and rais
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Callable, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from .. import schema
 from ..connection import Connection
 from ..errors import RequestCancelledError
 from .cancellation import CancelToken
-from .client_calls import DEFAULT, ClientCall, ClientCalls, Notifier, Steps, T
+from .client_calls import DEFAULT, ClientCall, ClientCalls, Gate, Notifier, Steps, T
 from .state import ConnectionState
 
 if TYPE_CHECKING:
@@ -35,7 +35,7 @@ class ClientProxy(ClientCalls):
         self,
         state: ConnectionState,
         token: CancelToken | None = None,
-        gate: Callable[[Callable[[], None]], bool] | None = None,
+        gate: Gate | None = None,
         connection: Notifier | None = None,
         cancellable: bool = True,
     ) -> None:

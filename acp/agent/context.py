@@ -24,7 +24,7 @@ from ..capabilities import NegotiatedCapabilities
 from ..errors import RequestCancelledError, RequestError
 from . import permissions
 from .cancellation import CancelToken
-from .client_calls import ClientCalls, Notifier, Steps
+from .client_calls import ClientCalls, Gate, Notifier, Steps
 from .client_proxy import ClientProxy
 from .commands import CommandResult, create_terminal_request, run_command
 from .state import Call, ConnectionState
@@ -126,7 +126,13 @@ class _SessionMethods:
     def send_message(self, content: _Content, *, meta: dict[str, Any] | None = None) -> bool:
         """Stream a piece of the agent's reply (``agent_message_chunk``); ``meta`` is its
         ``_meta``."""
-        return self.send_update(schema.AgentMessageChunk(content=_block(content), field_meta=meta))
+        # send_update and _block inlined: this runs once per streamed chunk.
+        block = schema.TextContent(text=content) if isinstance(content, str) else content
+        return self._client.session_update(
+            schema.SessionNotification(
+                session_id=self.session_id, update=schema.AgentMessageChunk(content=block, field_meta=meta)
+            )
+        )
 
     def send_thought(self, content: _Content, *, meta: dict[str, Any] | None = None) -> bool:
         """Stream a piece of the agent's reasoning (``agent_thought_chunk``); ``meta`` is its
@@ -347,11 +353,11 @@ class _ContextBase:
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def _make_client(
-        self, state: ConnectionState, token: CancelToken, gate: Callable[[Callable[[], None]], bool] | None
+        self, state: ConnectionState, token: CancelToken, gate: Gate | None
     ) -> ClientCalls:
         raise NotImplementedError
 
-    def _gate(self) -> Callable[[Callable[[], None]], bool] | None:
+    def _gate(self) -> Gate | None:
         return None
 
     @property
@@ -401,7 +407,7 @@ class AgentRequestContext(_ContextBase):
         super().__init__(state, call, token)
 
     def _make_client(
-        self, state: ConnectionState, token: CancelToken, gate: Callable[[Callable[[], None]], bool] | None
+        self, state: ConnectionState, token: CancelToken, gate: Gate | None
     ) -> ClientProxy:
         return ClientProxy(state, token, gate, self._connection)
 
@@ -423,7 +429,7 @@ class _PromptBase(_SessionMethods):
     _turn: Turn
     request: schema.PromptRequest
 
-    def _gate(self) -> Callable[[Callable[[], None]], bool] | None:
+    def _gate(self) -> Gate | None:
         return self._turn.send
 
     @property

@@ -33,6 +33,7 @@ from ..errors import INVALID_REQUEST, REQUEST_CANCELLED, RequestError
 from .cancellation import CancelToken
 
 if TYPE_CHECKING:
+    from .client_calls import Notifier
     from .state import Call
 
 
@@ -80,20 +81,30 @@ class Turn:
         """True once the turn was cancelled."""
         return self.token.is_cancelled
 
-    def send(self, emit: Callable[[], None]) -> bool:
-        """Run ``emit`` (which sends an update) unless the prompt was answered; True if sent."""
-        with self._lock:
+    def send(self, connection: Notifier, notification: schema.SessionNotification) -> bool:
+        """Send ``session/update`` ``notification`` on ``connection`` unless the prompt was
+        answered; True if sent. (The arguments, not a closure: this runs once per update.)"""
+        # acquire/release rather than ``with``: half the cost (~55 ns) of the lock, paid per update.
+        lock = self._lock
+        lock.acquire()
+        try:
             if self._answered:
                 return False
-            emit()
+            connection.notify("session/update", notification)
             return True
+        finally:
+            lock.release()
 
     def finish(self) -> bool:
         """The handler is done: claim the answer. False when someone answered first."""
-        with self._lock:
+        lock = self._lock  # acquire/release, not ``with``: ~55 ns less, once per prompt
+        lock.acquire()
+        try:
             if self._answered:
                 return False
             self._set_answered()
+        finally:
+            lock.release()
         self._ended()
         return True
 
@@ -196,7 +207,9 @@ class TurnRegistry:
     def begin(self, session_id: str, call: Call, cancels_task: bool = False) -> Turn:
         """Start the turn of ``call``; -32600 (data ``{"sessionId"}``) if one is active.
         ``cancels_task``: cancelling the turn cancels its ``task`` (an async handler's)."""
-        with self._lock:
+        lock = self._lock  # acquire/release, not ``with``: ~55 ns less, once per prompt
+        lock.acquire()
+        try:
             if session_id in self._turns:
                 raise RequestError(
                     INVALID_REQUEST,
@@ -206,6 +219,8 @@ class TurnRegistry:
             turn = Turn(session_id, call, self, cancels_task)
             self._turns[session_id] = turn
             closed = self._closed
+        finally:
+            lock.release()
         # The engine cancels the call on $/cancel_request (answering -32800 itself), at the end
         # of input and on close.
         call.on_cancel(turn._engine_cancelled)
@@ -288,6 +303,10 @@ class TurnRegistry:
             _log.info("session %s: max_prompt_duration reached; answered -32800", turn.session_id)
 
     def _remove(self, turn: Turn) -> None:
-        with self._lock:
+        lock = self._lock
+        lock.acquire()
+        try:
             if self._turns.get(turn.session_id) is turn:
                 del self._turns[turn.session_id]
+        finally:
+            lock.release()
