@@ -1090,6 +1090,7 @@ class AsyncConnection:
         loop = self._loop
         assert loop is not None
         queue = self._queue
+        handlers = self._endpoint.handlers
         while True:
             if not queue:
                 if self._closed:
@@ -1102,8 +1103,29 @@ class AsyncConnection:
                 cls = type(item)
                 if cls is _Notification or (cls is tuple and len(item) == 2):
                     if cls is _Notification:
-                        awaitable = self._call_notification(item)
                         method = item.method
+                        handler = handlers.get(method)
+                        if handler is not None and handler.notification:
+                            # Inlined (_call_notification): a stream's updates mostly queue
+                            # behind the one being awaited and are called from here.
+                            try:
+                                params = handler.decode(item.params)
+                            except (msgspec.DecodeError, RecursionError) as exc:
+                                _log.warning("%s: %s notification with invalid params: %s", self.name, method, exc)
+                                awaitable = None
+                            else:
+                                try:
+                                    awaitable = handler.fn(params)
+                                except Exception:
+                                    _log.exception("%s: %s notification handler failed", self.name, method)
+                                    awaitable = None
+                                else:
+                                    if awaitable is not None and not (
+                                        type(awaitable) is _Coroutine or inspect.isawaitable(awaitable)
+                                    ):
+                                        awaitable = None
+                        else:
+                            awaitable = self._call_notification(item)
                     else:  # an awaitable a notification handler returned when run by the reader
                         awaitable, method = item
                     if awaitable is not None:
