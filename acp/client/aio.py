@@ -67,12 +67,36 @@ class _ThreadSafeCall:
     :class:`threading.Event` (set on the loop when the call is cancelled), so a blocking
     handler on the executor may wait on it."""
 
-    __slots__ = ("_call", "cancelled")
+    __slots__ = ("_call", "_event")
+
+    # Guards the lazy Event (made from the loop or from a pool thread); taken only then.
+    _making = threading.Lock()
 
     def __init__(self, call: AsyncInboundCall) -> None:
         self._call = call
-        self.cancelled = threading.Event()
-        call.on_cancel(self.cancelled.set)
+        # Made on first use: most handlers never read it (a threading.Event costs ~1.5 us,
+        # about 6% of the client's CPU per fs/read_text_file).
+        self._event: threading.Event | None = None
+        call.on_cancel(self._set_event)
+
+    def _set_event(self) -> None:  # on the loop, once the call's is_cancelled is True
+        event = self._event
+        if event is not None:
+            event.set()
+
+    @property
+    def cancelled(self) -> threading.Event:
+        event = self._event
+        if event is None:
+            with self._making:
+                event = self._event
+                if event is None:
+                    event = self._event = threading.Event()
+                    # Published first, checked second: a cancel that ran _set_event before
+                    # the publication had already made is_cancelled True, so it is seen here.
+                    if self._call.is_cancelled:
+                        event.set()
+        return event
 
     @property
     def method(self) -> str:
