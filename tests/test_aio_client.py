@@ -195,6 +195,29 @@ def test_blocking_handlers_run_on_the_executor_never_on_the_loop(no_thread_leak:
     go(main)
 
 
+def test_a_contexts_cancelled_event_is_made_lazily_and_still_set() -> None:
+    # The Event is made on first read (from the loop or a pool thread): read before the
+    # cancel it is set by it, read after it it is already set, and it is one Event.
+    from acp.aio.connection import AsyncInboundCall
+    from acp.client.aio import _ThreadSafeCall
+
+    early_call = AsyncInboundCall(None, 1, "fs/read_text_file")  # type: ignore[arg-type]
+    early = _ThreadSafeCall(early_call)
+    made: list[threading.Event] = []
+    reader = threading.Thread(target=lambda: made.append(early.cancelled))
+    reader.start()
+    reader.join(5)
+    assert made and not made[0].is_set()
+    early_call.cancel()
+    assert made[0].is_set() and early.cancelled is made[0] and early.is_cancelled
+
+    late_call = AsyncInboundCall(None, 2, "fs/read_text_file")  # type: ignore[arg-type]
+    late = _ThreadSafeCall(late_call)
+    late_call.cancel()
+    assert late.cancelled.is_set()
+    assert _ThreadSafeCall(late_call).cancelled.is_set()  # made after the cancel
+
+
 def test_the_ready_made_handlers_run_unchanged(tmp_path: Path, no_thread_leak: None) -> None:
     notes = tmp_path / "notes.txt"
     notes.write_text("alpha\nbeta\n", encoding="utf-8")

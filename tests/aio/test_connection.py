@@ -930,6 +930,59 @@ def test_request_handlers_started_from_a_peers_notification_handler_are_not_seri
     run(main)
 
 
+def test_only_awaited_notification_handlers_run_marked_serial() -> None:
+    # The dispatcher keeps the mark from one awaited handler to the next: a plain handler, the
+    # start of a request handler and a plain fan-out queued between them must not see it.
+    async def main() -> None:
+        conn, peer = _raw()
+        marks: list[tuple[str, bool]] = []
+        release = asyncio.Event()
+
+        async def slow(params: Any) -> None:
+            marks.append(("slow", aio_connection._serial.get()))
+            await release.wait()  # everything below queues behind this one
+
+        async def on_async(params: Any) -> None:
+            marks.append(("async", aio_connection._serial.get()))
+
+        def on_plain(params: Any) -> None:
+            marks.append(("plain", aio_connection._serial.get()))
+
+        def fan_out(params: Any) -> Any:  # a plain function returning a coroutine
+            marks.append(("fan-out", aio_connection._serial.get()))
+            return on_async(params)
+
+        def plain_request(params: Any, call: AsyncInboundCall) -> Any:
+            marks.append(("request", aio_connection._serial.get()))
+            return "ok"
+
+        conn.on_notification("slow", slow)
+        conn.on_notification("async", on_async)
+        conn.on_notification("plain", on_plain)
+        conn.on_notification("fan-out", fan_out)
+        conn.on_request("req", plain_request)
+        conn.start()
+        lines = [_note("slow"), _note("async"), _note("async"), _note("plain"), _note("async"),
+                 _req(1, "req"), _note("async"), _note("fan-out"), _note("async")]
+        peer.send(*lines)
+        for _ in range(100):
+            if marks:
+                break
+            await yield_loop()
+        release.set()
+        assert (await peer.recv())["result"] == "ok"
+        for _ in range(100):
+            if len(marks) == len(lines) + 1:
+                break
+            await yield_loop()
+        assert marks == [("slow", True), ("async", True), ("async", True), ("plain", False), ("async", True),
+                         ("request", False), ("async", True), ("fan-out", False), ("async", True), ("async", True)]
+        assert not aio_connection._serial.get()
+        await conn.close()
+
+    run(main)
+
+
 def test_timeouts_of_several_durations_each_expire_on_time() -> None:
     async def main() -> None:
         conn, peer = _raw()
