@@ -1252,6 +1252,7 @@ class Connection:
         get = self._queue.get
         handlers = self._endpoint.handlers
         run_notification = self._run_notification
+        handle = self._handle_queued
         # Requests sent from here (by notification handlers) are answered without waiting
         # for the queue: see the deadlock rule in the module docstring.
         self._tls.serial = True
@@ -1260,22 +1261,11 @@ class Connection:
             if batch is None:
                 break
             for msg in batch:
-                cls = type(msg)
-                if cls is rpc.Notification:
+                if type(msg) is rpc.Notification:  # inlined: the bulk of a stream
                     run_notification(msg, handlers.get(msg.method))
                     self._dispatcher_asked = False
-                elif cls is tuple:
-                    if msg[0].is_answered:  # $/cancel_request while queued: answered already
-                        self._handler_done()
-                    else:
-                        self._launch(msg)
-                elif cls is rpc.Response or cls is rpc.ErrorResponse:
-                    self._complete_response(msg)
-                elif msg is _EOF_MARK or msg is _DRAIN_MARK:
-                    self._drain_done.set()
-                    if msg is _EOF_MARK:
-                        self._drained.set()
-                        self._run_close_callbacks()
+                else:
+                    handle(msg)
             self._handled += 1
             self._queued_out += len(batch)
             if self._reader_held:

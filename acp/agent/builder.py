@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, Union, overload
 from typing_extensions import Self
 
 from .. import schema
+from .._options import OrderingOption
 from ..capabilities import ARCHIVE_METHODS, derive_agent_capabilities
-from ..connection import ORDERINGS, Ordering
 from .methods import AGENT_HANDLERS
 from .spec import (
     DEFAULT_CANCEL_GRACE_PERIOD,
@@ -51,7 +51,7 @@ MaybeAwaitable = Union[T, Awaitable[T]]
 """A handler's return: the value, or (on the async builder) an awaitable of it."""
 
 
-class AgentBuilder(Generic[C, P]):
+class AgentBuilder(OrderingOption, Generic[C, P]):
     """Collects handlers and options (the registration methods of both agent builders);
     a subclass's ``build()`` turns :meth:`_spec` into its runtime's agent."""
 
@@ -67,7 +67,6 @@ class AgentBuilder(Generic[C, P]):
         self._agent_info: schema.Implementation | None = None
         self._executor: Executor | None = None
         self._request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT
-        self._ordering: Ordering = "connection"
         self._grace: float | None = DEFAULT_CANCEL_GRACE_PERIOD
         self._max_prompt: float | None = None
         self._close_timeout = DEFAULT_CLOSE_TIMEOUT
@@ -318,18 +317,6 @@ class AgentBuilder(Generic[C, P]):
         if executor is None:
             raise ValueError("handler_executor: executor is None")
         self._executor = executor
-        return self
-
-    def ordering(self, mode: Ordering) -> Self:
-        """How inbound messages are ordered: ``"connection"`` (the default: one at a time in
-        arrival order, connection-wide; a call returns only after every notification read
-        before its answer was handled) or ``"session"`` (arrival order within each session,
-        sessions handled concurrently: a slow session's updates never delay another session,
-        and an answer waits only for its own session's earlier notifications; messages without
-        a ``sessionId`` still wait for everything before them). See docs/threading.md."""
-        if mode not in ORDERINGS:
-            raise ValueError(f"ordering: expected one of {ORDERINGS}, got {mode!r}")
-        self._ordering = mode
         return self
 
     def request_timeout(self, seconds: float | None) -> Self:

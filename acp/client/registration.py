@@ -25,8 +25,9 @@ import msgspec
 from typing_extensions import Self
 
 from .. import schema
+from .._options import OrderingOption
 from ..capabilities import TERMINAL_METHODS, derive_client_capabilities
-from ..connection import DEFAULT_REQUEST_TIMEOUT, ORDERINGS, Ordering
+from ..connection import DEFAULT_REQUEST_TIMEOUT
 from ..transport._remote import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_OPEN_TIMEOUT, RemoteSpec
 from .config import ClientConfig, HandlerSet, ProcessSpec, StrPath
 from .context import ClientRequestContext
@@ -91,7 +92,7 @@ def _default_client_info() -> schema.Implementation:
     return schema.Implementation(name="acp-python", version=__version__)
 
 
-class ClientBuilderBase:
+class ClientBuilderBase(OrderingOption):
     """Collects a client's transport, handlers and options; a subclass's ``build()`` makes the
     client from :meth:`config`.
 
@@ -112,7 +113,6 @@ class ClientBuilderBase:
         self._request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT
         self._prompt_timeout: float | None = None
         self._executor: Executor | None = None
-        self._ordering: Ordering = "connection"
         self._wire_tap: WireTap | StrPath | None = None
         self._unstable = False
         self._name = "acp-client"
@@ -495,18 +495,6 @@ class ClientBuilderBase:
         """Run request handlers on ``executor`` (never shut down by the SDK) instead of the
         SDK's own thread pool."""
         self._executor = executor
-        return self
-
-    def ordering(self, mode: Ordering) -> Self:
-        """How inbound messages are ordered: ``"connection"`` (the default: one at a time in
-        arrival order, connection-wide; a call returns only after every notification read
-        before its answer was handled) or ``"session"`` (arrival order within each session,
-        sessions handled concurrently: a slow session's updates never delay another session,
-        and an answer waits only for its own session's earlier notifications; messages without
-        a ``sessionId`` still wait for everything before them). See docs/threading.md."""
-        if mode not in ORDERINGS:
-            raise ValueError(f"ordering: expected one of {ORDERINGS}, got {mode!r}")
-        self._ordering = mode
         return self
 
     def wire_tap(self, tap: Union[WireTap, StrPath]) -> Self:
