@@ -62,6 +62,9 @@ def all_implementations() -> tuple[Implementation, ...]:
     return (
         Implementation("bare", "bare msgspec", _this_python, PEERS / "bare_client.py", ("msgspec",),
                        "import msgspec"),
+        # the asyncio floor: the same dicts on an event loop (add_reader + os.read), no SDK
+        Implementation("bare-async", "bare asyncio", _this_python, PEERS / "bare_async_client.py",
+                       ("msgspec", "asyncio"), "import msgspec, asyncio"),
         Implementation("official", "official SDK", lambda: official_venv.PYTHON, PEERS / "official_client.py",
                        ("acp",), "import acp; acp.run_agent, acp.connect_to_agent, acp.schema"),
         Implementation("conn", "acp.connection", ours, PEERS / "conn_client.py", ("acp.connection",),
