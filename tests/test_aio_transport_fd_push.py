@@ -208,3 +208,45 @@ def test_a_child_process_pushed_through_backpressure() -> None:
         assert sink.ends == 1
 
     run(main)
+
+
+def test_a_backlog_goes_out_on_the_next_write_without_a_loop_turn() -> None:
+    """A handler that streams many updates without yielding: once the pipe is full the rest is
+    buffered, and each later write offers the backlog to the fd again, so the peer can read it
+    while the producer is still running (not only once it returns to the loop)."""
+    r, w = os.pipe()
+    os.set_blocking(r, False)
+    os.set_blocking(w, False)
+
+    async def main() -> None:
+        transport = FdTransport(None, w, description="backlog")
+        try:
+            capacity = 0
+            first = b"x" * 65536
+            while True:  # fill the pipe, and a little more
+                transport.write(first)
+                capacity += len(first)
+                if transport._chunks:
+                    break
+            taken = 0
+            while True:  # the peer reads everything the pipe holds (no loop turn on our side)
+                try:
+                    taken += len(os.read(r, 1 << 20))
+                except BlockingIOError:
+                    break
+            transport.write(b"tail")  # no await since the pipe filled up
+            rest = b""
+            while True:
+                try:
+                    rest += os.read(r, 1 << 20)
+                except BlockingIOError:
+                    break
+            assert rest, "the backlog stayed buffered until the loop ran"
+            assert taken + len(rest) + transport._buffered == capacity + 4
+        finally:
+            await transport.close()
+
+    try:
+        run(main)
+    finally:
+        os.close(r)

@@ -197,6 +197,7 @@ class FdTransport:
             if written == len(data):
                 return
             view = memoryview(data)[written:]
+        backed_up = bool(self._chunks)
         self._chunks.append(view)
         self._buffered += len(view)
         if self._buffered > _HIGH_WATER:
@@ -204,6 +205,11 @@ class FdTransport:
         if not self._watching_write:
             self._loop.add_writer(fd, self._on_writable)
             self._watching_write = True
+        elif backed_up and self._write_mode == _NONBLOCKING:
+            # A producer that never yields (a handler streaming many updates in one go) would
+            # keep everything after the first pipe-full until it returns to the loop, and the
+            # reader would idle meanwhile: offer the backlog to the fd again now.
+            self._on_writable()
 
     async def drain(self) -> None:
         """Wait until at most 16 KiB are buffered once more than 64 KiB were; at once if not.
