@@ -615,6 +615,26 @@ def test_results_decode_as_the_call_asked() -> None:
     assert rpc.decoder_for(Point) is rpc.decoder_for(Point) and rpc.decoder_for(None) is rpc.ANY_DECODER
 
 
+def test_typed_decode_keeps_the_lenient_rebuild_and_the_empty_payloads() -> None:
+    """The one-call payload decode (``rpc.payload_decoder``) used for params and results: a
+    payload msgspec alone refuses still gets the schema's lenient rebuild, an absent, ``{}`` or
+    ``null`` payload decodes as ``{}``, and a malformed one still raises."""
+    from acp import schema
+
+    handler = rpc.Handler(print, schema.SessionNotification, True)
+    update = b'{"sessionUpdate":"tool_call","toolCallId":"t","title":"x","status":7}'
+    value = handler.decode(msgspec.Raw(b'{"sessionId":"s","update":' + update + b"}"))
+    assert isinstance(value.update, schema.ToolCall) and value.update.status is None  # default-on-error
+    empty = rpc.Handler(print, schema.ListSessionsRequest, False)
+    for raw in (b"", b"{}", b"null"):
+        assert empty.decode(msgspec.Raw(raw)) == schema.ListSessionsRequest()
+    with pytest.raises(msgspec.ValidationError):
+        handler.decode(msgspec.Raw(b'{"sessionId":5}'))
+    ep = rpc.Endpoint()
+    pending = ep.register("session/new", schema.NewSessionResponse, None)
+    assert ep.decode_result(pending, msgspec.Raw(b'{"sessionId":"s","modes":7}')).session_id == "s"
+
+
 def test_data_to_send_gives_each_decision_once_oldest_first() -> None:
     ep = rpc.Endpoint()
     receive(ep, line({"id": 1, "method": "a"}) + line({"id": 2, "method": "b"}))

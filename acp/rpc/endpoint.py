@@ -67,7 +67,7 @@ from .messages import (
     Request,
     RequestId,
     Response,
-    decode_payload,
+    payload_decoder,
 )
 
 __all__ = [
@@ -91,6 +91,7 @@ CANCEL_REQUEST = "$/cancel_request"
 ANY_DECODER = msgspec.json.Decoder()
 
 _DECODERS: dict[Any, Any] = {}
+_RESULT_DECODERS: dict[Any, Callable[[msgspec.Raw], Any]] = {}  # payload_decoder per result type
 
 _INVALID_MESSAGES = {PARSE_ERROR: "Parse error", INVALID_REQUEST: "Invalid request"}
 
@@ -138,7 +139,7 @@ class Handler:
             any_decode = decoder.decode
             self.decode = lambda raw: any_decode(raw) if raw else None
         else:
-            self.decode = lambda raw: decode_payload(raw, decoder)
+            self.decode = payload_decoder(decoder)
         return self.decode(raw)
 
 
@@ -326,11 +327,11 @@ class Endpoint:
         """Decode a result as the call's ``result_type``; a malformed one raises -32603."""
         if pending.result_type is None:
             return ANY_DECODER.decode(raw)
-        decoder = _DECODERS.get(pending.result_type)  # decoder_for's cache, read inline: hot
-        if decoder is None:
-            decoder = decoder_for(pending.result_type)
+        decode = _RESULT_DECODERS.get(pending.result_type)  # hot: read inline
+        if decode is None:
+            decode = _RESULT_DECODERS[pending.result_type] = payload_decoder(decoder_for(pending.result_type))
         try:
-            return decode_payload(raw, decoder)
+            return decode(raw)
         except msgspec.ValidationError as exc:
             raise RequestError(INTERNAL_ERROR, f"{pending.method}: malformed result: {exc}") from None
 

@@ -7,6 +7,7 @@ integers or strings and are echoed exactly as received.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Union
 
 import msgspec
@@ -25,6 +26,7 @@ __all__ = [
     "ErrorObject",
     "decode_line",
     "decode_payload",
+    "payload_decoder",
     "Encoder",
     "NO_PARAMS",
     "session_id_of",
@@ -218,6 +220,32 @@ def decode_payload(raw: Raw, decoder: Any) -> Any:
     if not raw or (len(raw) == 4 and bytes(raw) == b"null"):
         return decoder.decode(b"{}")
     return decoder.decode(raw)
+
+
+def payload_decoder(decoder: Any) -> Callable[[Raw], Any]:
+    """``decode_payload(raw, decoder)`` as one function call (the decode of every params and
+    result goes through it). With a schema decoder's ``native`` msgspec decode, a well-formed
+    payload costs that one C call; a malformed one falls back to ``decoder.decode``."""
+    decode = decoder.decode
+    native = getattr(decoder, "native", None)
+    if native is None:
+
+        def payload(raw: Raw) -> Any:
+            if len(raw) > 4:  # "", "{}", "null" and the like take the general path
+                return decode(raw)
+            return decode_payload(raw, decoder)
+
+    else:
+
+        def payload(raw: Raw) -> Any:
+            if len(raw) > 4:
+                try:
+                    return native(raw)
+                except msgspec.ValidationError:
+                    return decode(raw)  # the lenient rebuild, or the same error
+            return decode_payload(raw, decoder)
+
+    return payload
 
 
 class _OutRequest(msgspec.Struct, omit_defaults=True):

@@ -36,7 +36,7 @@ import types
 import typing
 import weakref
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any, ClassVar, Generic, TypeVar, Union, get_args, get_origin, overload
 
 import msgspec
@@ -141,7 +141,7 @@ def encode(obj: Any) -> bytes:
 class Decoder(Generic[T]):
     """Decodes JSON into ``T``: native msgspec first, the lenient rebuild only on failure."""
 
-    __slots__ = ("type", "_fast", "_resolve")
+    __slots__ = ("type", "native", "_fast", "_resolve")
 
     def __init__(self, tp: Any) -> None:
         self.type = tp
@@ -149,6 +149,9 @@ class Decoder(Generic[T]):
         # A resolved union used directly (decoder(McpServer)) has no Struct whose
         # __post_init__ would resolve it: msgspec hands back builtins, resolve them here.
         self._resolve = not isinstance(tp, type) and _mentions_resolved(tp)
+        #: msgspec's own decode, for callers on a hot path, when its value needs no rebuild
+        #: (None otherwise): on ``ValidationError`` fall back to :meth:`decode` (the lenient one).
+        self.native: Callable[[Any], T] | None = None if self._resolve else self._fast.decode
 
     def decode(self, data: bytes | bytearray | memoryview | msgspec.Raw | str) -> T:
         try:
