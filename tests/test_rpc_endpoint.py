@@ -635,6 +635,55 @@ def test_typed_decode_keeps_the_lenient_rebuild_and_the_empty_payloads() -> None
     assert ep.decode_result(pending, msgspec.Raw(b'{"sessionId":"s","modes":7}')).session_id == "s"
 
 
+def test_the_hot_notification_gets_a_one_pass_decode_only_with_a_typed_handler() -> None:
+    from acp import schema
+
+    ep = rpc.Endpoint()
+    assert ep.one_pass is None
+    ep.on_notification(rpc.HOT_NOTIFICATION, print)  # untyped: nothing to fuse
+    assert ep.one_pass is None
+    ep.on_notification(rpc.HOT_NOTIFICATION, print, schema.SessionNotification, immediate=True)
+    assert ep.one_pass is None
+    ep.on_notification("other", print, schema.SessionNotification)
+    assert ep.one_pass is None
+    ep.on_notification(rpc.HOT_NOTIFICATION, print, schema.SessionNotification)
+    assert ep.one_pass is not None and ep.one_pass.handler is ep.handlers[rpc.HOT_NOTIFICATION]
+    ep.on_request(rpc.HOT_NOTIFICATION, print)  # replaced by a request handler
+    assert ep.one_pass is None
+
+
+def test_one_pass_decodes_what_the_general_path_would_and_misses_the_rest() -> None:
+    from acp import schema
+
+    ep = rpc.Endpoint()
+    ep.on_notification(rpc.HOT_NOTIFICATION, print, schema.SessionNotification)
+    one_pass = ep.one_pass
+    assert one_pass is not None
+    update = b'{"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"hi"}}}'
+    good = b'{"jsonrpc":"2.0","method":"session/update","params":' + update + b"}"
+    assert good.startswith(one_pass.prefix)
+    general = rpc.decode_line(good)
+    assert isinstance(general, rpc.Notification)
+    assert one_pass.decode(good) == ep.handlers[rpc.HOT_NOTIFICATION].decode(general.params)
+    lenient = b'{"sessionUpdate":"tool_call","toolCallId":"t","title":"x","status":7}'
+    misses = [
+        b'{"jsonrpc":"2.0","method":"session/update","params":' + update + b',"id":1}',  # a request
+        b'{"jsonrpc":"2.0","method":"session/update","params":' + update + b',"extra":1}',
+        b'{"jsonrpc":"2.0","method":"session/update","params":' + update + b',"jsonrpc":"1.0"}',
+        b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":' + lenient + b"}}",
+        b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":5}}',
+        b'{"jsonrpc":"2.0","method":"session/update","params":null}',
+        b'{"jsonrpc":"2.0","method":"session/update"}',
+        b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s",',  # not JSON
+        b'{"jsonrpc":"2.0","method":"session/update","params":' + b"[" * 5000 + b"]" * 5000 + b"}",
+    ]
+    for line in misses:
+        assert one_pass.decode(line) is rpc.MISS, line[:120]
+    # The general path still decides those: the lenient one is rebuilt, the request refused...
+    rebuilt = ep.handlers[rpc.HOT_NOTIFICATION].decode(rpc.decode_line(misses[3]).params)  # type: ignore[union-attr]
+    assert isinstance(rebuilt.update, schema.ToolCall) and rebuilt.update.status is None
+
+
 def test_data_to_send_gives_each_decision_once_oldest_first() -> None:
     ep = rpc.Endpoint()
     receive(ep, line({"id": 1, "method": "a"}) + line({"id": 2, "method": "b"}))

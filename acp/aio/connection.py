@@ -107,6 +107,7 @@ _DRAIN_MARK = _Mark("DRAIN")
 _Response = rpc.Response
 _ErrorResponse = rpc.ErrorResponse
 _Notification = rpc.Notification
+_MISS = rpc.MISS
 _Request = rpc.Request
 
 
@@ -850,6 +851,8 @@ class AsyncConnection:
         handlers = self._endpoint.handlers
         tap = self._wire_tap
         decode_line = rpc.decode_line
+        one_pass = self._endpoint.one_pass
+        prefix = one_pass.prefix if one_pass is not None else None
         for line in lines:
             if type(line) is not bytes:
                 assert isinstance(line, rpc.LineTooLong)
@@ -857,26 +860,28 @@ class AsyncConnection:
                 continue
             if tap is not None:
                 self._tap("in", line)
+            if prefix is not None and line.startswith(prefix):
+                # The streamed updates: envelope and typed params in one decode.
+                assert one_pass is not None
+                params = one_pass.decode(line)
+                if params is not _MISS:
+                    if queue:  # called by the dispatcher, in order
+                        queue.append((one_pass.handler, params, one_pass.method))
+                        continue
+                    self._call_now(one_pass.handler, params, one_pass.method)
+                    continue
             msg = decode_line(line)
             cls = type(msg)
             if cls is _Notification:
                 # Inlined: notifications are the bulk of a stream.
                 handler = handlers.get(msg.method)  # type: ignore[union-attr]
                 if handler is not None and handler.notification and not handler.immediate and not queue:
-                    # Nothing queued ahead: call the handler here; an awaitable it returns
-                    # goes to the head of the queue, awaited before anything read after it.
                     try:
                         params = handler.decode(msg.params)  # type: ignore[union-attr]
                     except (msgspec.DecodeError, RecursionError) as exc:  # ValidationError, bad UTF-8...
                         _log.warning("%s: %s notification with invalid params: %s", self.name, msg.method, exc)  # type: ignore[union-attr]
                         continue
-                    try:
-                        result = handler.fn(params)
-                    except Exception:
-                        _log.exception("%s: %s notification handler failed", self.name, msg.method)  # type: ignore[union-attr]
-                        continue
-                    if result is not None and inspect.isawaitable(result):
-                        queue.append((result, msg.method))  # type: ignore[union-attr]
+                    self._call_now(handler, params, msg.method)  # type: ignore[union-attr]
                 elif handler is not None and handler.immediate:
                     self._run_immediate(msg)  # type: ignore[arg-type]
                 elif msg.method == rpc.CANCEL_REQUEST:  # type: ignore[union-attr]
@@ -895,6 +900,17 @@ class AsyncConnection:
             if wake is not None:
                 self._wake = None
                 wake.set_result(None)
+
+    def _call_now(self, handler: rpc.Handler, params: Any, method: str) -> None:
+        """Nothing queued ahead: call a notification's handler from the reader; an awaitable
+        it returns goes to the head of the queue, awaited before anything read after it."""
+        try:
+            result = handler.fn(params)
+        except Exception:
+            _log.exception("%s: %s notification handler failed", self.name, method)
+            return
+        if result is not None and inspect.isawaitable(result):
+            self._queue.append((result, method))
 
     def _route(self, msg: rpc.Message) -> None:
         queue = self._queue
@@ -1106,43 +1122,48 @@ class AsyncConnection:
             item = queue[0]
             try:
                 cls = type(item)
-                if cls is _Notification or (cls is tuple and len(item) == 2):
+                if cls is _Notification or (cls is tuple and len(item) < 4):
+                    # Inlined (_call_notification): a stream's updates mostly queue behind the
+                    # one being awaited and are called from here.
+                    awaitable = None
+                    handler = None
                     if cls is _Notification:
                         method = item.method
                         handler = handlers.get(method)
                         if handler is not None and handler.notification:
-                            # Inlined (_call_notification): a stream's updates mostly queue
-                            # behind the one being awaited and are called from here.
-                            if serial is not None:
-                                coro_fn = is_async.get(handler)
-                                if coro_fn is None:
-                                    coro_fn = is_async[handler] = inspect.iscoroutinefunction(handler.fn)
-                                if not coro_fn:
-                                    _serial.reset(serial)
-                                    serial = None
                             try:
                                 params = handler.decode(item.params)
                             except (msgspec.DecodeError, RecursionError) as exc:
                                 _log.warning("%s: %s notification with invalid params: %s", self.name, method, exc)
-                                awaitable = None
-                            else:
-                                try:
-                                    awaitable = handler.fn(params)
-                                except Exception:
-                                    _log.exception("%s: %s notification handler failed", self.name, method)
-                                    awaitable = None
-                                else:
-                                    if awaitable is not None and not (
-                                        type(awaitable) is _Coroutine or inspect.isawaitable(awaitable)
-                                    ):
-                                        awaitable = None
+                                handler = None
                         else:
+                            handler = None
                             if serial is not None:
                                 _serial.reset(serial)
                                 serial = None
                             awaitable = self._call_notification(item)
+                    elif len(item) == 3:  # decoded by the reader in one pass
+                        handler, params, method = item
                     else:  # an awaitable a notification handler returned when run by the reader
                         awaitable, method = item
+                    if handler is not None:
+                        if serial is not None:
+                            coro_fn = is_async.get(handler)
+                            if coro_fn is None:
+                                coro_fn = is_async[handler] = inspect.iscoroutinefunction(handler.fn)
+                            if not coro_fn:
+                                _serial.reset(serial)
+                                serial = None
+                        try:
+                            awaitable = handler.fn(params)
+                        except Exception:
+                            _log.exception("%s: %s notification handler failed", self.name, method)
+                            awaitable = None
+                        else:
+                            if awaitable is not None and not (
+                                type(awaitable) is _Coroutine or inspect.isawaitable(awaitable)
+                            ):
+                                awaitable = None
                     if awaitable is not None:
                         # Awaited here, not through _await_notification (which only an
                         # immediate handler's stray awaitable uses): one coroutine less per

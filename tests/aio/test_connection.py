@@ -5,6 +5,7 @@ the deadlock rule, cancellation, timeouts, bad input, close. Every test runs its
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from typing import Any
 
@@ -207,6 +208,54 @@ def test_notifications_handled_in_order_before_the_answer() -> None:
         assert seen == list(range(1000))
         await a.close()
         await b.close()
+
+    run(main)
+
+
+def test_one_pass_and_general_path_updates_are_handled_in_one_order() -> None:
+    """session/update lines written as our encoder writes them take the one-pass decode, others
+    (members reordered, spaced, or params only the lenient rebuild accepts) the general path;
+    mixed in one read and queued behind an awaiting handler, they are handled in arrival order
+    with the same typed values, then the answer."""
+    from acp import schema
+
+    async def main() -> None:
+        conn, peer = _raw()
+        seen: list[Any] = []
+
+        async def on_first(params: Any) -> None:
+            await asyncio.sleep(0)  # the rest of the read queues behind this one
+            seen.append("first")
+
+        def on_update(params: schema.SessionNotification) -> None:  # plain: runs when called
+            seen.append(params)
+
+        conn.on_notification("first", on_first)
+        conn.on_notification("session/update", on_update, schema.SessionNotification)
+        conn.start()
+        waiter = asyncio.ensure_future(conn.request("ping"))
+        request = await peer.recv()
+
+        def chunk(i: int) -> dict[str, Any]:
+            return {"sessionId": "s", "update": {"sessionUpdate": "agent_message_chunk",
+                                                 "content": {"type": "text", "text": str(i)}}}
+
+        lines: list[bytes | dict[str, Any]] = [_note("first", {})]
+        for i in range(30):
+            if i % 3 == 0:  # the canonical member order, compact: one pass
+                lines.append(b'{"jsonrpc":"2.0","method":"session/update","params":'
+                             + json.dumps(chunk(i), separators=(",", ":")).encode() + b"}\n")
+            elif i % 3 == 1:  # json.dumps' spacing: the general path
+                lines.append(_note("session/update", chunk(i)))
+            else:  # params first: the general path
+                lines.append({"params": chunk(i), "method": "session/update", "jsonrpc": "2.0"})
+        lines.append(_result(request["id"], "pong"))
+        peer.send(*lines)
+        assert await asyncio.wait_for(waiter, WAIT) == "pong"
+        assert seen[0] == "first"
+        assert [p.update.content.text for p in seen[1:]] == [str(i) for i in range(30)]
+        assert all(isinstance(p, schema.SessionNotification) for p in seen[1:])
+        await conn.close()
 
     run(main)
 
