@@ -93,6 +93,7 @@ _log = logging.getLogger("acp.connection")
 
 DEFAULT_REQUEST_TIMEOUT = 60.0
 CANCEL_REQUEST = rpc.CANCEL_REQUEST
+_MISS = rpc.MISS
 #: Messages the reader lets wait for the dispatcher before it stops reading (backpressure).
 MAX_QUEUED_MESSAGES = 10_000
 _FLUSH_DELAY = 0.001  # batched notifications reach the wire within this bound
@@ -854,6 +855,8 @@ class Connection:
         tap = self._wire_tap
         decode_line = rpc.decode_line
         handlers = self._endpoint.handlers
+        one_pass = self._endpoint.one_pass
+        prefix = one_pass.prefix if one_pass is not None else None
         for line in lines:
             if type(line) is not bytes:
                 assert isinstance(line, rpc.LineTooLong)
@@ -861,6 +864,13 @@ class Connection:
                 continue
             if tap is not None:
                 self._tap("in", line)
+            if prefix is not None and line.startswith(prefix):
+                # The streamed updates: envelope and typed params in one decode.
+                assert one_pass is not None
+                params = one_pass.decode(line)
+                if params is not _MISS:
+                    batch.append((one_pass.handler, params, one_pass.method))
+                    continue
             msg = decode_line(line)
             if type(msg) is rpc.Notification:
                 # Inlined: notifications are the bulk of a stream.
@@ -1252,6 +1262,7 @@ class Connection:
         get = self._queue.get
         handlers = self._endpoint.handlers
         run_notification = self._run_notification
+        call_notification = self._call_notification
         handle = self._handle_queued
         # Requests sent from here (by notification handlers) are answered without waiting
         # for the queue: see the deadlock rule in the module docstring.
@@ -1261,8 +1272,12 @@ class Connection:
             if batch is None:
                 break
             for msg in batch:
-                if type(msg) is rpc.Notification:  # inlined: the bulk of a stream
+                cls = type(msg)
+                if cls is rpc.Notification:  # inlined: the bulk of a stream
                     run_notification(msg, handlers.get(msg.method))
+                    self._dispatcher_asked = False
+                elif cls is tuple and len(msg) == 3:  # decoded by the reader in one pass
+                    call_notification(*msg)
                     self._dispatcher_asked = False
                 else:
                     handle(msg)
@@ -1290,6 +1305,16 @@ class Connection:
         except SystemExit:
             _log.error("%s: %s notification handler raised SystemExit; ignored (sys.exit() in a "
                        "handler does not end the process)", self.name, msg.method)
+
+    def _call_notification(self, handler: rpc.Handler, params: Any, method: str) -> None:
+        """_run_notification for params the reader decoded already (Endpoint.one_pass)."""
+        try:
+            handler.fn(params)
+        except Exception:
+            _log.exception("%s: %s notification handler failed", self.name, method)
+        except SystemExit:
+            _log.error("%s: %s notification handler raised SystemExit; ignored (sys.exit() in a "
+                       "handler does not end the process)", self.name, method)
 
     def _launch(self, start: rpc.Start) -> None:
         """Run a prepared request on the executor."""

@@ -158,6 +158,44 @@ def test_burst_of_10000_notifications_complete_and_in_order(pair: tuple[Connecti
     assert seen == list(range(10_000))
 
 
+def test_one_pass_and_general_path_updates_are_handled_in_one_order(raw: tuple[Connection, RawPeer]) -> None:
+    """session/update lines as our encoder writes them take the one-pass decode, others (spaced,
+    reordered, params only the lenient rebuild accepts, a request of that name) the general
+    path; sent in one write they are handled in arrival order, typed, before the answer."""
+    from acp import schema
+
+    conn, peer = raw
+    seen: list[Any] = []
+    conn.on_notification("session/update", seen.append, schema.SessionNotification)
+    conn.start()
+    future = conn.request_future("ping")
+    request = peer.recv()
+
+    def chunk(i: int) -> dict[str, Any]:
+        return {"sessionId": "s", "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": str(i)}}}
+
+    lines = []
+    for i in range(30):
+        if i % 3 == 0:  # compact, our member order: one pass
+            lines.append(b'{"jsonrpc":"2.0","method":"session/update","params":'
+                         + json.dumps(chunk(i), separators=(",", ":")).encode() + b"}")
+        elif i % 3 == 1:  # json.dumps' spacing
+            lines.append(json.dumps({"jsonrpc": "2.0", "method": "session/update", "params": chunk(i)}).encode())
+        else:  # params first
+            lines.append(json.dumps({"params": chunk(i), "method": "session/update", "jsonrpc": "2.0"}).encode())
+    tool_call = {"sessionUpdate": "tool_call", "toolCallId": "t", "title": "x", "status": 7}  # lenient
+    lines.append(b'{"jsonrpc":"2.0","method":"session/update","params":'
+                 + json.dumps({"sessionId": "s", "update": tool_call}, separators=(",", ":")).encode() + b"}")
+    lines.append(b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s"},"id":99}')  # a request
+    lines.append(json.dumps({"jsonrpc": "2.0", "id": request["id"], "result": "pong"}).encode())
+    peer.send(b"\n".join(lines) + b"\n")
+    assert future.result(WAIT) == "pong"
+    assert [p.update.content.text for p in seen[:30]] == [str(i) for i in range(30)]
+    assert isinstance(seen[30].update, schema.ToolCall) and seen[30].update.status is None
+    assert len(seen) == 31
+    assert peer.recv()["id"] == 99  # answered (method not found), not handled as an update
+
+
 def test_1000_concurrent_requests_from_8_threads(pair: tuple[Connection, Connection]) -> None:
     a, b = pair
     b.on_request("square", lambda p, call: {"v": p["v"] * p["v"]})
