@@ -246,6 +246,7 @@ class AsyncConnection:
         self.request_timeout = request_timeout
         """The default timeout of :meth:`request` (None: wait forever)."""
         self._endpoint = rpc.Endpoint(self._make_call, name=name)
+        self._encode_notification = rpc.Encoder().notification  # stateless (see rpc.Encoder)
         self._framer = rpc.LineFramer(max_message_bytes)
         self._close_callbacks: list[Callable[[], None]] = []
         if isinstance(wire_tap, (str, os.PathLike)):
@@ -632,7 +633,10 @@ class AsyncConnection:
     def notify(self, method: str, params: Any = None) -> None:
         """Send a notification; never blocks. Lines are written at the end of the current loop
         iteration (and always before the next request or answer), so order is unchanged."""
-        line = self._endpoint.notification_line(method, params)
+        ep = self._endpoint
+        if ep.eof or ep.closed:  # notification_line, inlined: once per streamed update
+            raise ep.closed_error()
+        line = self._encode_notification(method, params)
         if self._wire_tap is not None:
             self._tap("out", line)
         wbuf = self._wbuf
