@@ -26,16 +26,19 @@ from .client import (
 )
 from .context import AgentProxy, ClientRequestContext
 from .registration import TerminalHandlers
-from .settings import AgentSettings, AgentSettingsError
 
 if TYPE_CHECKING:
     from .aio import AsyncAgentProcess, AsyncClient, AsyncClientBuilder
     from .files import LocalFiles
     from .permissions import PermissionPolicy
+    from .settings import AgentSettings, AgentSettingsError
     from .terminals import LocalTerminals
 
-# The ready-made handlers pull in subprocess & co, the asyncio client asyncio: imported on first use.
+# The ready-made handlers pull in subprocess & co, the asyncio client asyncio, the settings parser
+# re and a dataclass (most clients never read settings): imported on first use.
 _LAZY = {
+    "AgentSettings": ".settings",
+    "AgentSettingsError": ".settings",
     "LocalFiles": ".files",
     "LocalTerminals": ".terminals",
     "PermissionPolicy": ".permissions",
