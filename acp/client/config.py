@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any, Union
 import msgspec
 
 from .. import schema
-from ..wiretap import JsonlWireTap
 
 if TYPE_CHECKING:
     from ..connection import Ordering, WireTap
+    from ..wiretap import JsonlWireTap
 
 __all__ = ["ClientConfig", "HandlerSet", "ProcessSpec", "StrPath"]
 
@@ -101,6 +101,8 @@ class ClientConfig(msgspec.Struct, frozen=True):
         if tap is None or callable(tap):
             yield tap, None
             return
+        from ..wiretap import JsonlWireTap  # only for a file tap
+
         owned = JsonlWireTap(tap)
         try:
             yield owned, owned
