@@ -50,3 +50,37 @@ def test_the_api_loads_no_network_or_event_loop_module() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_a_sync_agent_and_client_import_only_what_they_use() -> None:
+    # What a sync script loads for SyncAgent/SyncClient (issue #15's footprint): no event loop,
+    # no process spawning or signals (until a process is spawned), no URL parsing or HTTP (until
+    # a remote agent or a server is used), no command running, settings parsing or file wire tap until used.
+    # Measured as what the import brings in: an editable install's path finder preloads urllib.
+    lazy = (
+        "asyncio", "subprocess", "signal", "urllib.parse", "ipaddress", "http", "ntpath",
+        "acp.transport.process", "acp.transport._child", "acp.transport._serving",
+        "acp.transport.memory", "acp.agent.commands", "acp.client.settings", "acp.wiretap",
+    )
+    code = (
+        "import sys; before = set(sys.modules); import acp; "
+        "acp.SyncAgent, acp.SyncClient, acp.PromptContext, acp.schema; "
+        "new = set(sys.modules) - before; "
+        f"print(','.join(m for m in {lazy!r} if m in new))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+def test_the_lazy_names_still_resolve() -> None:
+    # The names made lazy for import speed are still importable the usual ways.
+    code = (
+        "from acp.transport import ProcessTransport, RefuseConnection, RemoteConnectionError, "
+        "StdioTransport, FdTransport, memory_pair, Transport, READ_CHUNK; "
+        "from acp.agent import CommandResult; from acp import CommandResult as C2; "
+        "from acp.client import AgentSettings, AgentSettingsError; "
+        "import acp.transport; assert 'ProcessTransport' in dir(acp.transport); "
+        "assert CommandResult is C2; print('ok')"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "ok"

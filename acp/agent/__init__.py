@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 from .agent import AgentConnection, SyncAgent, SyncAgentBuilder
 from .builder import AgentBuilder
 from .client_proxy import ClientProxy
-from .commands import CommandResult
 from .context import AgentRequestContext, PlanEntryLike, PromptContext, SessionUpdater
 from .initialize import SUPPORTED_PROTOCOL_VERSIONS, negotiate_version
 from .spec import DEFAULT_CANCEL_GRACE_PERIOD, AgentSpec
@@ -27,8 +26,12 @@ from .spec import DEFAULT_CANCEL_GRACE_PERIOD, AgentSpec
 if TYPE_CHECKING:
     from .aio import AsyncAgent, AsyncAgentBuilder, AsyncAgentConnection
     from .aio_context import AsyncAgentRequestContext, AsyncClientProxy, AsyncPromptContext
+    from .commands import CommandResult
 
+# Imported on first use: the asyncio twins (asyncio), CommandResult (a dataclass, made only when
+# a handler runs a command).
 _ASYNC = {
+    "CommandResult": "commands",
     "AsyncAgent": "aio",
     "AsyncAgentBuilder": "aio",
     "AsyncAgentConnection": "aio",

@@ -15,8 +15,8 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from ..connection import Connection
-from ..transport import StdioTransport, memory_pair
 from ..transport.base import Transport
+from ..transport.stdio import StdioTransport
 from .builder import AgentBuilder, is_async_callable
 from .client_proxy import ClientProxy
 from .context import AgentRequestContext, PromptContext
@@ -173,6 +173,8 @@ class SyncAgent(AgentBase[AgentConnection]):
     def serve_in_process(self) -> Transport:
         """Serve one end of an in-memory pipe in the background; return the other end, for a
         client in this process. Closing the agent closes it (the client reads end of input)."""
+        from ..transport.memory import memory_pair  # only here: most agents serve stdio
+
         ours, theirs = memory_pair()
         self.connect(ours)
         return theirs

@@ -8,16 +8,17 @@ One row per method: the builder's name for it (``new_session`` -> ``new_session_
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from .. import schema
 
 __all__ = ["AgentMethod", "AGENT_HANDLERS", "BY_WIRE", "params_type", "result_type"]
 
 
-@dataclass(frozen=True)
-class AgentMethod:
+# A msgspec Struct, not a dataclass: defining a dataclass costs ~0.35 ms of import time.
+class AgentMethod(msgspec.Struct, frozen=True):
     """One registrable agent-side method."""
 
     name: str

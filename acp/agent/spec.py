@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import Executor
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from .. import schema
 
@@ -25,8 +26,8 @@ DEFAULT_REQUEST_TIMEOUT = 60.0
 DEFAULT_CLOSE_TIMEOUT = 5.0
 
 
-@dataclass(frozen=True)
-class AgentSpec:
+# A msgspec Struct, not a dataclass: defining a dataclass costs ~0.35 ms of import time.
+class AgentSpec(msgspec.Struct, frozen=True):
     """Everything ``build()`` fixed; shared read-only by every connection of the agent."""
 
     handlers: dict[str, Callable[..., Any]]  # wire method -> user function
@@ -43,7 +44,7 @@ class AgentSpec:
     unstable: bool
     name: str = "acp-agent"
     ordering: Ordering = "connection"
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = msgspec.field(default_factory=dict)
 
     @property
     def close_session_wait(self) -> float | None:

@@ -15,7 +15,6 @@ builders, what handlers receive, and ready-made handlers (:class:`LocalFiles`, :
 
 from typing import TYPE_CHECKING, Any
 
-from ..wiretap import JsonlWireTap
 from .builder import SyncClientBuilder
 from .client import (
     SUPPORTED_PROTOCOL_VERSIONS,
@@ -26,16 +25,21 @@ from .client import (
 )
 from .context import AgentProxy, ClientRequestContext
 from .registration import TerminalHandlers
-from .settings import AgentSettings, AgentSettingsError
 
 if TYPE_CHECKING:
+    from ..wiretap import JsonlWireTap
     from .aio import AsyncAgentProcess, AsyncClient, AsyncClientBuilder
     from .files import LocalFiles
     from .permissions import PermissionPolicy
+    from .settings import AgentSettings, AgentSettingsError
     from .terminals import LocalTerminals
 
-# The ready-made handlers pull in subprocess & co, the asyncio client asyncio: imported on first use.
+# The ready-made handlers pull in subprocess & co, the asyncio client asyncio, the settings parser
+# re and a dataclass (most clients never read settings), the file wire tap: imported on first use.
 _LAZY = {
+    "AgentSettings": ".settings",
+    "JsonlWireTap": "..wiretap",
+    "AgentSettingsError": ".settings",
     "LocalFiles": ".files",
     "LocalTerminals": ".terminals",
     "PermissionPolicy": ".permissions",

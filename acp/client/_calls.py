@@ -9,7 +9,6 @@ a default, a check of the answer is written here once and holds for both runtime
 from __future__ import annotations
 
 import logging
-import ntpath
 import os
 import posixpath
 import threading
@@ -86,7 +85,11 @@ def _content(prompt: PromptInput) -> list[schema.ContentBlock]:
 def _check_absolute(what: str, path: str) -> str:
     path = os.fspath(path)
     # The agent may run elsewhere: accept an absolute path in either convention.
-    if not (posixpath.isabs(path) or ntpath.isabs(path)):
+    if posixpath.isabs(path):
+        return path
+    import ntpath  # only now: importing it costs ~0.1 ms
+
+    if not ntpath.isabs(path):
         raise ValueError(f"{what} must be an absolute path (got {path!r})")
     return path
 

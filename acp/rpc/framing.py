@@ -8,15 +8,15 @@ peer cannot make us buffer a huge line whole. The skipped line is reported as a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 __all__ = ["DEFAULT_MAX_LINE_BYTES", "LineFramer", "LineTooLong"]
 
 DEFAULT_MAX_LINE_BYTES = 64 * 1024 * 1024
 
 
-@dataclass(frozen=True)
-class LineTooLong:
+# A msgspec Struct, not a dataclass: defining a dataclass costs ~0.35 ms of import time.
+class LineTooLong(msgspec.Struct, frozen=True):
     """A line longer than the cap was discarded; ``size`` is how many bytes it had."""
 
     size: int
