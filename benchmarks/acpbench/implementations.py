@@ -66,7 +66,7 @@ def all_implementations() -> tuple[Implementation, ...]:
         Implementation("bare", "bare msgspec", ours, PEERS / "bare_client.py", ("msgspec",),
                        "import msgspec"),
         # the asyncio floor: the same dicts on an event loop (add_reader + os.read), no SDK
-        Implementation("bare-async", "bare asyncio", _this_python, PEERS / "bare_async_client.py",
+        Implementation("bare-async", "bare asyncio", ours, PEERS / "bare_async_client.py",
                        ("msgspec", "asyncio"), "import msgspec, asyncio"),
         Implementation("official", "official SDK", lambda: official_venv.PYTHON, PEERS / "official_client.py",
                        ("acp",), "import acp; acp.run_agent, acp.connect_to_agent, acp.schema"),

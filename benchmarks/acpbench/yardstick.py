@@ -16,6 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from . import installed
 from .scenarios import Scenario
 
 # ../shared/yardstick next to the project root; ACP_YARDSTICK points elsewhere (or nowhere)
@@ -47,10 +48,12 @@ def missing() -> str | None:
 
 
 def command(preset: str, scenario: str, n: int) -> list[str]:
-    """The yardstick client's argv for one run (our interpreter: it needs only msgspec)."""
+    """The yardstick client's argv for one run, on the interpreter our rows use (it needs only
+    msgspec; like for like, see the bare row in implementations.py)."""
     where = directory()
-    return [sys.executable, str(where / "client.py"), "--scenario", SCENARIOS[scenario], "--n", str(n),
-            "--impl", f"yardstick-{preset}", "--", sys.executable, str(where / "agent.py")]
+    python = str(installed.python())
+    return [python, str(where / "client.py"), "--scenario", SCENARIOS[scenario], "--n", str(n),
+            "--impl", f"yardstick-{preset}", "--", python, str(where / "agent.py")]
 
 
 def parse(scenario: Scenario, n: int, line: str) -> tuple[dict[str, float], str | None]:
