@@ -27,7 +27,7 @@ import json
 import re
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -268,7 +268,7 @@ def test_our_websocket_client_drives_official_agent(official_python: str) -> Non
         assert transport.connection_id is not None and re.fullmatch(r"[0-9a-f]{32}", transport.connection_id)
         with our_client(transport, seen) as client:
             drive_official_agent(client, seen)
-        upgrades = [r for r in server.wire() if r["type"] == "websocket"]
+        upgrades = [r for r in server.wire(_has_upgrades(1)) if r["type"] == "websocket"]
         assert len(upgrades) == 1, server.stderr
         assert upgrades[0]["path"] == "/acp"
         assert "origin" not in headers_of(upgrades[0])  # a program, not a browser
@@ -310,6 +310,10 @@ def test_official_http_client_drives_our_http_agent(
         server.close()
 
 
+def _has_upgrades(n: int) -> Callable[[list[dict[str, Any]]], bool]:
+    return lambda wire: len([r for r in wire if r["type"] == "websocket"]) >= n
+
+
 def test_official_http_client_non_ascii_stream(
     official_python: str, our_agent: SyncAgent, http_server_module: Any
 ) -> None:
@@ -317,7 +321,7 @@ def test_official_http_client_non_ascii_stream(
     (acp/_sse.py:69 ``buffer += chunk.decode("utf-8")``), so a multi-byte character split
     between two chunks kills their stream: a peer bug, expected to fail until they fix it."""
     big = "ünïcødé ✓ 😀 " * 20_000
-    config = {"prompts": [f"read {NOTES}"], "files": {NOTES: big}, "step_timeout": 3.0}
+    config = {"prompts": [f"read {NOTES}"], "files": {NOTES: big}, "step_timeout": 3.0, "expect_texts": 1}
     server = our_agent.serve_http(host="127.0.0.1", port=0)  # type: ignore[attr-defined]
     try:
         summary, proc = run_official_client(official_python, "http", server.url, config)
@@ -467,7 +471,7 @@ def test_our_websocket_client_drives_ts_agent(node: str) -> None:
     with peer_server([node, str(INTEROP_DIR / "remote_agent.mjs")], cwd=INTEROP_DIR) as server:
         with our_client(server.url("ws"), seen, open_timeout=WAIT) as client:
             drive_official_agent(client, seen, agent_name="ts-remote-agent", first_session="ts-1")
-        wire = server.wire()
+        wire = server.wire(_has_upgrades(1))
         assert server.proc.poll() is None, "the TS server died:\n" + server.stderr
     upgrades = [r for r in wire if r["type"] == "websocket"]
     assert len(upgrades) == 1, wire
@@ -495,4 +499,4 @@ def test_our_websocket_transport_reads_ts_connection_id(node: str) -> None:
                 assert client.prompt(session_id, "a b").stop_reason == "end_turn"
                 assert seen.texts == [("ts-1", "A"), ("ts-1", "B")]
         assert ids[0] != ids[1]
-        assert len([r for r in server.wire() if r["type"] == "websocket"]) == 2
+        assert len([r for r in server.wire(_has_upgrades(2)) if r["type"] == "websocket"]) == 2

@@ -14,7 +14,7 @@ import os
 import queue
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
@@ -89,13 +89,37 @@ class OfficialServer:
     def url(self, scheme: str) -> str:
         return f"{scheme}://127.0.0.1:{self.port}/acp"
 
-    def wire(self) -> list[dict[str, Any]]:
-        """Every request the server saw so far (method, http_version, headers as pairs)."""
-        return [json.loads(line[5:]) for line in list(self._stderr) if line.startswith("WIRE ")]
+    def wire(
+        self, until: Callable[[list[dict[str, Any]]], bool] = bool, timeout: float = 10.0
+    ) -> list[dict[str, Any]]:
+        """Every request the server saw so far (method, http_version, headers as pairs), once
+        ``until(records)`` holds (default: there is one) or ``timeout`` passed: the server
+        logs each request when it arrives, but our thread pumping its stderr may lag behind."""
+
+        def records() -> list[dict[str, Any]]:
+            return [json.loads(line[5:]) for line in list(self._stderr) if line.startswith("WIRE ")]
+
+        if isinstance(self._stderr, _Lines):
+            with self._stderr.changed:
+                self._stderr.changed.wait_for(lambda: until(records()), timeout)
+        return records()
 
     @property
     def stderr(self) -> str:
         return "".join(self._stderr)
+
+
+class _Lines(list[str]):
+    """The lines read so far from a stream; ``changed`` is notified at each new one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.changed = threading.Condition()
+
+    def append(self, line: str) -> None:
+        with self.changed:
+            super().append(line)
+            self.changed.notify_all()
 
 
 def _pump(stream: IO[str], sink: list[str] | queue.Queue[str]) -> None:
@@ -130,7 +154,7 @@ def peer_server(
     )
     assert proc.stdout is not None and proc.stderr is not None and proc.stdin is not None
     lines: queue.Queue[str] = queue.Queue()
-    stderr: list[str] = []
+    stderr: list[str] = _Lines()
     readers = [
         threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True),
         threading.Thread(target=_pump, args=(proc.stderr, stderr), daemon=True),

@@ -283,6 +283,20 @@ async def run_client(
                 response = await step(f"prompt {text}", conn.prompt(session_id=session_id, prompt=[text_block(text)]))
             record["stop_reason"] = response.stop_reason if response is not None else None
             record["texts"] = _texts(client.updates, session_id, start)
+        expected = int(config.get("expect_texts", 0))
+        if expected:
+            # An update may be handed to us after its prompt's answer (over HTTP they travel on
+            # different streams): wait for it, bounded, before the summary is taken.
+            arrived = asyncio.Event()
+
+            def count(sid: str, wire: dict[str, Any]) -> None:
+                if len(_texts(client.updates, session_id or "", 0)) >= expected:
+                    arrived.set()
+
+            client.on_update = count
+            count(session_id, {})
+            await step("expected texts", arrived.wait())
+            client.on_update = None
         summary["reads"] = client.reads
         summary["permission_requests"] = client.permission_requests
     finally:
