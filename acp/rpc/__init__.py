@@ -8,10 +8,12 @@ This layer imports only :mod:`acp.errors`, msgspec and (lazily, to decode typed 
 from .endpoint import (
     ANY_DECODER,
     CANCEL_REQUEST,
+    ORDERINGS,
     UNDECODED,
     Endpoint,
     Handler,
     InboundRequest,
+    Ordering,
     Pending,
     ResponseLike,
     Start,
@@ -32,15 +34,18 @@ from .messages import (
     decode_line,
     decode_payload,
     session_id_of,
+    session_of_params,
 )
 
 __all__ = [
     "ANY_DECODER",
     "CANCEL_REQUEST",
+    "ORDERINGS",
     "UNDECODED",
     "Endpoint",
     "Handler",
     "InboundRequest",
+    "Ordering",
     "Pending",
     "ResponseLike",
     "Start",
@@ -61,4 +66,5 @@ __all__ = [
     "decode_line",
     "decode_payload",
     "session_id_of",
+    "session_of_params",
 ]

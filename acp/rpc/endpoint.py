@@ -44,7 +44,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Callable
-from typing import Any, Union
+from typing import Any, Literal, Union
 
 import msgspec
 
@@ -73,10 +73,12 @@ from .messages import (
 __all__ = [
     "ANY_DECODER",
     "CANCEL_REQUEST",
+    "ORDERINGS",
     "UNDECODED",
     "Endpoint",
     "Handler",
     "InboundRequest",
+    "Ordering",
     "Pending",
     "ResponseLike",
     "Start",
@@ -95,6 +97,12 @@ _DECODERS: dict[Any, Any] = {}
 _INVALID_MESSAGES = {PARSE_ERROR: "Parse error", INVALID_REQUEST: "Invalid request"}
 
 ResponseLike = Union[Response, ErrorResponse]
+
+#: The inbound ordering modes both runtimes offer (``ordering=`` of ``acp.Connection`` and
+#: ``acp.aio.AsyncConnection``): one order connection-wide, or one per session (which is what
+#: :attr:`Pending.session` is for).
+ORDERINGS = ("connection", "session")
+Ordering = Literal["connection", "session"]
 
 
 def decoder_for(tp: Any) -> Any:
