@@ -14,7 +14,7 @@ from .scenarios import SCENARIOS, Scenario
 
 # (numerator, denominator) pairs shown as ratio columns
 RATIOS = (("ours", "official"), ("ours-async", "official"), ("ours", "ours-baseline"), ("ours-session", "ours"),
-          ("ours", "bare"),
+          ("ours-async-session", "ours-async"), ("ours", "bare"),
           ("conn", "official"), ("conn", "bare"), ("ours", "yardstick-cork"), ("ours", "yardstick-lf"))
 
 
