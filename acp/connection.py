@@ -61,7 +61,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor, Future
 from queue import SimpleQueue
-from typing import Any, Literal, Protocol, cast
+from typing import Any, Protocol, cast
 
 import msgspec
 
@@ -105,9 +105,10 @@ _PARK_LIMIT = 0.001
 _PARK_WATCH = 0.05  # the housekeeper keeps checking this long after the last park
 _STOP_GRACE = 0.1  # close() joins threads at least this long, even past its timeout
 
-#: The ordering modes of :class:`Connection` (see "Ordering by session" in the module docstring).
-ORDERINGS = ("connection", "session")
-Ordering = Literal["connection", "session"]
+#: The ordering modes of :class:`Connection` (see "Ordering by session" in the module docstring;
+#: defined in the core, which both runtimes share).
+ORDERINGS = rpc.ORDERINGS
+Ordering = rpc.Ordering
 
 WireTap = Callable[[str, bytes], None]
 """Receives ("in" | "out", line) for every line, for debugging."""
@@ -1026,7 +1027,7 @@ class Connection:
 
     def _send_request_by_session(self, pending: rpc.Pending, params: Any) -> None:
         # Recorded before the line goes out: the answer is ordered with this session's messages.
-        pending.session = _session_of_params(params)
+        pending.session = rpc.session_of_params(params)
         Connection._send_request(self, pending, params)
 
     def _on_lines_by_session(self, lines: list[bytes | rpc.LineTooLong], final: bool = False) -> bool:
@@ -1414,21 +1415,6 @@ class _Lane(deque[Any]):
     """One session's queued items (``ordering="session"``), oldest first."""
 
     __slots__ = ()
-
-
-def _session_of_params(params: Any) -> str | None:
-    """The session id of outbound params: a schema type's ``session_id``, a dict's
-    ``"sessionId"``, or raw JSON's."""
-    if params is None:
-        return None
-    if isinstance(params, dict):
-        value = params.get("sessionId")
-    elif isinstance(params, (bytes, msgspec.Raw)):
-        return rpc.session_id_of(params)
-    else:
-        value = getattr(params, "session_id", None)
-    return value if isinstance(value, str) else None
-
 
 
 def _remaining(deadline: float | None) -> float | None:

@@ -286,16 +286,3 @@ def test_session_ordering_graceful_close_drains_the_lanes(no_thread_leak: None) 
         a.close()
         b.close()
 
-
-def test_the_asyncio_runtime_refuses_session_ordering_for_now() -> None:
-    import asyncio
-
-    with pytest.raises(ValueError, match="AsyncAgent"):
-        acp.AsyncAgent.builder().ordering("session").build()
-
-    async def main() -> None:
-        builder = acp.AsyncClient.builder().agent_process("no-such-agent-binary").ordering("session")
-        with pytest.raises(ValueError, match="AsyncClient"):
-            await builder.build()  # before anything is spawned
-
-    asyncio.run(main())

@@ -41,10 +41,7 @@ class AsyncAgentBuilder(AgentBuilder[Any, Any]):
 
     def build(self) -> AsyncAgent:
         """Check the configuration and make the agent (no loop needed yet)."""
-        spec = self._spec()
-        if spec.ordering != "connection":
-            raise ValueError('ordering("session") is not available on AsyncAgent yet (SyncAgent only)')
-        return AsyncAgent(spec)
+        return AsyncAgent(self._spec())
 
 
 class AsyncAgentConnection(AgentConnectionBase):
@@ -59,7 +56,11 @@ class AsyncAgentConnection(AgentConnectionBase):
         self._spec = spec
         self.name = name
         self.connection = AsyncConnection(
-            transport, executor=spec.executor, request_timeout=spec.request_timeout, name=name
+            transport,
+            executor=spec.executor,
+            request_timeout=spec.request_timeout,
+            name=name,
+            ordering=spec.ordering,
         )
         self._init_state(spec, self.connection)  # grace periods, deadlines: the loop's timers
         self._closing: asyncio.Task[None] | None = None

@@ -28,6 +28,19 @@ is completed as soon as its answer is read, not queued behind that handler.
 Backpressure: while the dispatcher is ``MAX_QUEUED_MESSAGES`` behind, the reader stops reading
 until it is halfway caught up, except while a notification handler awaits an answer.
 
+Ordering by session (``ordering="session"``, opt-in, as in :mod:`acp.connection`; chosen once
+in ``__init__``: the reader then uses ``_on_lines_by_session`` and there is no dispatcher
+task): an inbound message's session is its params' ``sessionId``; an answer's is the one of the
+request it answers (recorded on ``rpc.Pending`` when it is sent). Each session with work has a
+*lane*: a deque drained in arrival order by a task of its own, created when the lane gets work
+and ended when it is empty (an idle session costs no task). The reader still acts itself (calls
+a plain handler, completes an answer, starts a request) when nothing of that session is ahead.
+A *session-less* message (no ``sessionId``: initialize, session/new's answer, most ext methods,
+the end-of-input and drain marks) keeps the connection-wide rule: it waits in the *gate* until
+every lane is empty, and everything read after it waits behind it. The deadlock rule holds per
+lane (a request made while a lane awaits a notification handler is completed when read), and
+backpressure counts the items of every lane and of the gate.
+
 Writing: notifications are collected and written once per loop iteration (``call_soon``), or
 as soon as 64 KiB are waiting; a request or an answer is written at once, after them, so the
 order on the wire is the order of the calls.
@@ -64,6 +77,7 @@ from .transport.base import AsyncTransport
 __all__ = [
     "DEFAULT_REQUEST_TIMEOUT",
     "MAX_QUEUED_MESSAGES",
+    "ORDERINGS",
     "AsyncConnection",
     "AsyncInboundCall",
     "Timer",
@@ -79,6 +93,8 @@ DEFAULT_REQUEST_TIMEOUT = 60.0
 #: Messages the reader lets wait for the dispatcher before it stops reading (backpressure).
 MAX_QUEUED_MESSAGES = 10_000
 _FLUSH_BYTES = 64 * 1024
+#: The ordering modes of :class:`AsyncConnection` (the same as :class:`acp.Connection`'s).
+ORDERINGS = rpc.ORDERINGS
 
 WireTap = Callable[[str, bytes], None]
 """Receives ("in" | "out", line) for every line, for debugging."""
@@ -228,6 +244,10 @@ class AsyncConnection:
     ``executor`` runs blocking work (:meth:`blocking`, :meth:`run_blocking`); by default the
     connection creates a :class:`~acp.executor.HandlerPool` on first use and shuts it down on
     close. A user-supplied executor is never shut down by the connection.
+
+    ``ordering="connection"`` (the default) handles inbound notifications one at a time in
+    arrival order, connection-wide; ``ordering="session"`` keeps arrival order within each
+    session and handles sessions concurrently (see the module docstring).
     """
 
     def __init__(
@@ -239,7 +259,10 @@ class AsyncConnection:
         max_message_bytes: int = rpc.DEFAULT_MAX_LINE_BYTES,
         wire_tap: WireTap | str | os.PathLike[str] | None = None,
         name: str = "acp",
+        ordering: rpc.Ordering = "connection",
     ) -> None:
+        if ordering not in ORDERINGS:
+            raise ValueError(f"ordering must be one of {ORDERINGS}, not {ordering!r}")
         self._transport = transport
         self.name = name
         """Labels log lines and the executor's threads."""
@@ -296,6 +319,21 @@ class AsyncConnection:
         self._drain_done: asyncio.Future[None] | None = None
         self._close_done: asyncio.Future[None] | None = None
         self._transport_closing = False
+
+        self.ordering: rpc.Ordering = ordering
+        """``"connection"`` or ``"session"`` (fixed at construction)."""
+        self._by_session = ordering == "session"
+        self._serial_waits = 0  # requests awaited by notification handlers right now
+        # The tasks draining the session lanes and the gate (ordering="session").
+        self._lane_tasks: set[asyncio.Task[None]] = set()
+        if self._by_session:
+            # Chosen once: the default path never tests the mode per message.
+            self._sessions = _Sessions()
+            # The reader's backpressure check reads len(self._queue), and close clears it:
+            # by session, that is the lanes and the gate.
+            self._queue = self._sessions  # type: ignore[assignment]
+            self._on_lines = self._on_lines_by_session  # type: ignore[method-assign]
+            self._enqueue_mark = self._post_mark  # type: ignore[method-assign]
 
     def _make_call(self, call_id: rpc.RequestId, method: str) -> AsyncInboundCall:
         return AsyncInboundCall(self, call_id, method)
@@ -399,7 +437,8 @@ class AsyncConnection:
         self._started = True
         self._drained = loop.create_future()
         self._drain_done = loop.create_future()
-        self._dispatcher = loop.create_task(self._dispatch_loop(), name=f"{self.name}-dispatcher")
+        if not self._by_session:  # by session, lane tasks come and go instead
+            self._dispatcher = loop.create_task(self._dispatch_loop(), name=f"{self.name}-dispatcher")
         set_receiver = getattr(self._transport, "set_receiver", None)
         if set_receiver is not None:
             # The transport calls us with each chunk (ReceivingTransport): one loop callback
@@ -477,7 +516,9 @@ class AsyncConnection:
                 call._set_cancelled()
             done = self._drain_done
             assert done is not None
-            if not ep.eof and current is not self._dispatcher:
+            # Not from the dispatcher (or a lane): the mark would wait behind the very
+            # handler that is closing.
+            if not ep.eof and current is not self._dispatcher and current not in self._lane_tasks:
                 self._enqueue_mark(_DRAIN_MARK)
                 if not done.done():
                     await asyncio.wait((done,), timeout=_remaining(loop, deadline))
@@ -525,7 +566,7 @@ class AsyncConnection:
         self._timeouts.clear()
         self._release_reader()
         tasks = [t for t in self._tasks if t is not current and not t.done()]
-        for task in (self._reader, self._dispatcher):
+        for task in (self._reader, self._dispatcher, *self._lane_tasks):
             if task is not None and task is not current and not task.done():
                 tasks.append(task)
         for task in tasks:
@@ -594,12 +635,16 @@ class AsyncConnection:
         waiter = loop.create_future()
         serial = _serial.get()
         pending = ep.register(method, result_type, waiter, serial)
+        if self._by_session:
+            # Before the line goes out: the answer is ordered with this session's messages.
+            pending.session = rpc.session_of_params(params)
+        line = ep.request_line(pending, params)  # forgets the call if it raises
         if serial:
             # A notification handler waits for this answer: the reader must keep reading.
             self._dispatcher_asked = True
+            self._serial_waits += 1  # until the finally below
             if self._reader_held:
                 self._release_reader()
-        line = ep.request_line(pending, params)
         if timeout is _USE_DEFAULT:
             timeout = self.request_timeout
         deadlines = None
@@ -626,6 +671,11 @@ class AsyncConnection:
         finally:
             if deadlines is not None:
                 deadlines.pop(pending.id, None)
+            if serial:
+                self._serial_waits -= 1
+                if self._by_session and not self._serial_waits:
+                    # By session no dispatcher clears the flag: it holds while any lane waits.
+                    self._dispatcher_asked = False
         if type(msg) is _Response:
             return ep.decode_result(pending, msg.result)
         raise ep.response_error(msg)
@@ -1028,7 +1078,8 @@ class AsyncConnection:
             _log.exception("%s: %s notification handler failed", self.name, method)
         finally:
             _serial.reset(token)
-            self._dispatcher_asked = False
+            if not self._by_session:  # by session, request() keeps the flag
+                self._dispatcher_asked = False
 
     def _start_request(self, start: rpc.Start) -> None:
         """Call a request's handler: a plain function's result is answered at once; an
@@ -1211,6 +1262,230 @@ class AsyncConnection:
             if self._reader_held and len(queue) < self._max_queued // 2:
                 self._release_reader()
 
+    # ------------------------------------------------------------------ ordering by session
+
+    def _on_lines_by_session(self, lines: list[bytes | rpc.LineTooLong]) -> None:
+        """``_on_lines`` for ``ordering="session"``: each message goes to its session's lane."""
+        tap = self._wire_tap
+        decode_line = rpc.decode_line
+        session_of = rpc.session_id_of
+        handlers = self._endpoint.handlers
+        admit = self._admit
+        route = self._route_by_session
+        for line in lines:
+            if type(line) is not bytes:
+                assert isinstance(line, rpc.LineTooLong)
+                _log.warning("%s: discarded a line of %d bytes (over the limit)", self.name, line.size)
+                continue
+            if tap is not None:
+                self._tap("in", line)
+            msg = decode_line(line)
+            if type(msg) is _Notification:
+                # Inlined (_route_by_session): notifications are the bulk of a stream.
+                handler = handlers.get(msg.method)
+                if (handler is None or not handler.immediate) and msg.method != rpc.CANCEL_REQUEST:
+                    admit(session_of(msg.params), msg)
+                    continue
+                route(msg)
+            elif type(msg) is list:
+                for item in msg:
+                    route(item)
+            else:
+                route(msg)  # type: ignore[arg-type]
+
+    def _route_by_session(self, msg: rpc.Message) -> None:
+        """Act on one message now, or queue it with its session (or behind the gate)."""
+        ep = self._endpoint
+        cls = type(msg)
+        if cls is _Notification:
+            assert isinstance(msg, _Notification)
+            handler = ep.handlers.get(msg.method)
+            if handler is not None and handler.immediate:
+                self._run_immediate(msg)
+            elif msg.method == rpc.CANCEL_REQUEST:
+                self._on_cancel_request(msg)
+            else:
+                self._admit(rpc.session_id_of(msg.params), msg)
+        elif cls is _Response or cls is _ErrorResponse:
+            pending = ep.peek(msg.id)  # type: ignore[union-attr]
+            if pending is None or pending.serial:
+                # Unknown (dropped when delivered), or the deadlock rule (a notification
+                # handler awaits it): completed now; otherwise ordered with the call's session.
+                self._complete(msg)  # type: ignore[arg-type]
+            else:
+                self._admit(pending.session, msg)
+        elif cls is _Request:
+            assert isinstance(msg, _Request)
+            # Registered now, in arrival order, even when it has to wait its turn.
+            start = ep.receive_request(msg)
+            if start is None:
+                self._write_outbox()
+            else:
+                self._admit(rpc.session_id_of(msg.params), start)
+        else:
+            assert isinstance(msg, rpc.Invalid)
+            answer = ep.receive_invalid(msg)
+            if answer is not None:
+                self._route_by_session(answer)  # a malformed answer: its caller fails, in order
+            else:
+                self._write_outbox()
+
+    def _admit(self, key: str | None, item: Any) -> None:
+        """Place one inbound item of session ``key`` (None: session-less): acted on now when
+        nothing is ahead of it, else queued in its lane (or behind the gate)."""
+        sessions = self._sessions
+        if sessions.gate or sessions.gate_busy:
+            # A session-less message waits or runs: everything read after it waits too.
+            sessions.gate.append((key, item))
+            sessions.queued += 1
+            return
+        if key is None:
+            if sessions.lanes:
+                sessions.gate.append((None, item))  # the last lane to finish runs the gate
+                sessions.queued += 1
+                return
+            awaiting = self._act(item)
+            if awaiting is not None:  # a handler's awaitable: awaited before anything after it
+                sessions.gate.append((None, awaiting))
+                sessions.queued += 1
+                sessions.gate_busy = True
+                self._spawn_lane(self._drain_gate())
+            return
+        lane = sessions.lanes.get(key)
+        if lane is None:
+            item = self._act(item)
+            if item is None:
+                return
+            lane = sessions.lanes[key] = deque()
+            self._spawn_lane(self._drain_lane(key, lane))
+        lane.append(item)
+        sessions.queued += 1
+
+    def _act(self, item: Any) -> tuple[Awaitable[Any], str] | None:
+        """Handle an item whose turn it is, as far as that goes without awaiting: a
+        notification's handler is called (its awaitable, with the method, is returned for the
+        caller to await in order), an answer completes its caller, a request starts."""
+        cls = type(item)
+        if cls is _Notification:
+            method = item.method
+            handler = self._endpoint.handlers.get(method)
+            if handler is None or not handler.notification:
+                awaitable = self._call_notification(item)  # the fallback, or nobody
+                return None if awaitable is None else (awaitable, method)
+            # Inlined (_call_notification): one call per streamed update instead of three.
+            try:
+                params = handler.decode(item.params)
+            except (msgspec.DecodeError, RecursionError) as exc:  # a ValidationError, invalid UTF-8...
+                _log.warning("%s: %s notification with invalid params: %s", self.name, method, exc)
+                return None
+            try:
+                awaitable = handler.fn(params)
+            except Exception:
+                _log.exception("%s: %s notification handler failed", self.name, method)
+                return None
+            if awaitable is None or not (type(awaitable) is _Coroutine or inspect.isawaitable(awaitable)):
+                return None
+            return awaitable, method
+        if cls is tuple:
+            if len(item) == 2:  # an awaitable the reader got from a handler
+                return item  # type: ignore[no-any-return]
+            if not item[0].is_answered:  # a $/cancel_request answered it while queued
+                self._start_request(item)
+        elif cls is _Response or cls is _ErrorResponse:
+            self._complete(item)
+        elif item is _DRAIN_MARK:
+            if self._drain_done is not None and not self._drain_done.done():
+                self._drain_done.set_result(None)
+        elif item is _EOF_MARK:
+            for fut in (self._drain_done, self._drained):
+                if fut is not None and not fut.done():
+                    fut.set_result(None)
+            self._run_close_callbacks()
+        return None
+
+    def _post_mark(self, mark: _Mark) -> None:
+        """``_enqueue_mark`` by session: the end-of-input or drain mark waits like a
+        session-less message (behind everything read before it)."""
+        self._admit(None, mark)
+
+    def _spawn_lane(self, coro: Any) -> None:
+        loop = self._loop
+        assert loop is not None
+        task = loop.create_task(coro)
+        self._lane_tasks.add(task)
+        task.add_done_callback(self._lane_tasks.discard)
+
+    async def _drain_lane(self, key: str, lane: deque[Any]) -> None:
+        """One session's items, one at a time in arrival order, as this lane's own task (at
+        most one per session: the lane stays in ``lanes`` until the task empties it). An item
+        leaves the lane only once handled, so "a lane exists" means "something is ahead"."""
+        if _serial.get():  # copied from a context a notification handler marked (see _run_request)
+            _serial.set(False)
+        sessions = self._sessions
+        act = self._act
+        while lane:
+            item = lane[0]
+            try:
+                awaiting = act(item)
+                if awaiting is not None:
+                    # Inlined (the gate uses _await_notification): one coroutine less per update.
+                    token = _serial.set(True)  # requests made there are answered when read
+                    try:
+                        await awaiting[0]
+                    except asyncio.CancelledError:
+                        if self._closed:
+                            raise
+                        _log.debug("%s: %s notification handler was cancelled", self.name, awaiting[1])
+                    except Exception:
+                        _log.exception("%s: %s notification handler failed", self.name, awaiting[1])
+                    finally:
+                        _serial.reset(token)
+            except Exception:  # a bug here must not stop the lane: everything behind would hang
+                _log.exception("%s: dispatching %r failed", self.name, type(item).__name__)
+            if self._closed:
+                return  # close() dropped the lanes
+            lane.popleft()
+            sessions.queued -= 1
+            if self._reader_held and sessions.queued < self._max_queued // 2:
+                self._release_reader()
+        del sessions.lanes[key]
+        if not sessions.lanes and sessions.gate and not sessions.gate_busy:
+            sessions.gate_busy = True  # the last lane to finish runs the gate, in this task
+            await self._drain_gate()
+
+    async def _drain_gate(self) -> None:
+        """Run the gate (this task owns it): hand what waits behind it to its lanes, up to the
+        first session-less message; run that once no lane has work left; and so on."""
+        sessions = self._sessions
+        gate = sessions.gate
+        while True:
+            while gate:
+                key, item = gate[0]
+                if key is None:
+                    break
+                gate.popleft()  # still counted as queued, now in its lane
+                lane = sessions.lanes.get(key)
+                if lane is None:
+                    lane = sessions.lanes[key] = deque()
+                    self._spawn_lane(self._drain_lane(key, lane))
+                lane.append(item)
+            if not gate or sessions.lanes:
+                sessions.gate_busy = False  # the last lane to finish runs the gate again
+                return
+            item = gate[0][1]
+            try:
+                awaiting = self._act(item)
+                if awaiting is not None:
+                    await self._await_notification(*awaiting)
+            except Exception:
+                _log.exception("%s: dispatching %r failed", self.name, type(item).__name__)
+            if self._closed:
+                return
+            gate.popleft()
+            sessions.queued -= 1
+            if self._reader_held and sessions.queued < self._max_queued // 2:
+                self._release_reader()
+
 
 def _run_and_report(loop: asyncio.AbstractEventLoop, waiter: asyncio.Future[Any], fn: Callable[..., Any],
                     args: tuple[Any, ...]) -> None:
@@ -1241,3 +1516,28 @@ def _remaining(loop: asyncio.AbstractEventLoop, deadline: float | None) -> float
     if deadline is None:
         return None
     return max(0.0, deadline - loop.time())
+
+
+class _Sessions:
+    """The inbound queues of ``ordering="session"``, in place of the dispatcher's one queue:
+    a lane (a deque drained by a task of its own) per session with work, and the gate where
+    session-less messages and everything read after them wait. ``len()`` is what
+    backpressure counts: the items queued or being handled in all of them."""
+
+    __slots__ = ("lanes", "gate", "gate_busy", "queued")
+
+    def __init__(self) -> None:
+        self.lanes: dict[str, deque[Any]] = {}
+        self.gate: deque[tuple[str | None, Any]] = deque()
+        self.gate_busy = False  # a task owns the gate (hands it out, runs its head)
+        self.queued = 0
+
+    def __len__(self) -> int:
+        return self.queued
+
+    def clear(self) -> None:
+        """Close: what is still queued never runs."""
+        self.lanes.clear()
+        self.gate.clear()
+        self.gate_busy = False
+        self.queued = 0

@@ -148,9 +148,7 @@ class AsyncClient(AwaitableCalls, ClientCalls):
         """Internal: use :meth:`builder`. Starts the connection on the running loop."""
         self._conn: AsyncConnection
         self._process = AsyncAgentProcess(process) if process is not None else None
-        options = config.connection_options(wire_tap)
-        del options["ordering"]  # always "connection" here (checked by the builder)
-        conn = AsyncConnection(transport, **options)
+        conn = AsyncConnection(transport, **config.connection_options(wire_tap))
         self._attach(config, conn, transport, process, owned_tap, TurnTracker(_answer_early))
 
     # ------------------------------------------------------------------ state
@@ -355,8 +353,6 @@ class AsyncClientBuilder(ClientBuilderBase):
 
     async def _build(self) -> AsyncClient:
         config = self.config()
-        if config.ordering != "connection":  # before anything is spawned
-            raise ValueError('ordering("session") is not available on AsyncClient yet (SyncClient only)')
         source = config.source
         process: ProcessTransport | None = None
         transport: AsyncTransport

@@ -10,11 +10,13 @@ from .endpoint import (
     CANCEL_REQUEST,
     HOT_NOTIFICATION,
     MISS,
+    ORDERINGS,
     UNDECODED,
     Endpoint,
     Handler,
     InboundRequest,
     OnePass,
+    Ordering,
     Pending,
     ResponseLike,
     Start,
@@ -35,6 +37,7 @@ from .messages import (
     decode_line,
     decode_payload,
     session_id_of,
+    session_of_params,
 )
 
 __all__ = [
@@ -42,11 +45,13 @@ __all__ = [
     "CANCEL_REQUEST",
     "HOT_NOTIFICATION",
     "MISS",
+    "ORDERINGS",
     "UNDECODED",
     "Endpoint",
     "Handler",
     "InboundRequest",
     "OnePass",
+    "Ordering",
     "Pending",
     "ResponseLike",
     "Start",
@@ -67,4 +72,5 @@ __all__ = [
     "decode_line",
     "decode_payload",
     "session_id_of",
+    "session_of_params",
 ]

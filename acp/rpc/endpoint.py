@@ -46,7 +46,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Callable
-from typing import Any, Union
+from typing import Any, Literal, Union
 
 import msgspec
 
@@ -75,6 +75,7 @@ from .messages import (
 __all__ = [
     "ANY_DECODER",
     "CANCEL_REQUEST",
+    "ORDERINGS",
     "UNDECODED",
     "Endpoint",
     "HOT_NOTIFICATION",
@@ -82,6 +83,7 @@ __all__ = [
     "Handler",
     "InboundRequest",
     "OnePass",
+    "Ordering",
     "Pending",
     "ResponseLike",
     "Start",
@@ -101,6 +103,12 @@ _RESULT_DECODERS: dict[Any, Callable[[msgspec.Raw], Any]] = {}  # payload_decode
 _INVALID_MESSAGES = {PARSE_ERROR: "Parse error", INVALID_REQUEST: "Invalid request"}
 
 ResponseLike = Union[Response, ErrorResponse]
+
+#: The inbound ordering modes both runtimes offer (``ordering=`` of ``acp.Connection`` and
+#: ``acp.aio.AsyncConnection``): one order connection-wide, or one per session (which is what
+#: :attr:`Pending.session` is for).
+ORDERINGS = ("connection", "session")
+Ordering = Literal["connection", "session"]
 
 
 def decoder_for(tp: Any) -> Any:

@@ -30,6 +30,7 @@ __all__ = [
     "Encoder",
     "NO_PARAMS",
     "session_id_of",
+    "session_of_params",
 ]
 
 RequestId = Union[int, str]
@@ -326,4 +327,19 @@ def session_id_of(params: bytes | msgspec.Raw) -> str | None:
         value = _session_ref.decode(params).sessionId
     except (msgspec.DecodeError, RecursionError):  # not an object (ValidationError included)
         return None
+    return value if isinstance(value, str) else None
+
+
+def session_of_params(params: Any) -> str | None:
+    """The session id of outbound params: a schema type's ``session_id``, a dict's
+    ``"sessionId"``, or raw JSON's (what a runtime ordering by session records on a
+    :class:`~acp.rpc.Pending`, so that the answer is ordered with that session)."""
+    if params is None:
+        return None
+    if isinstance(params, dict):
+        value = params.get("sessionId")
+    elif isinstance(params, (bytes, msgspec.Raw)):
+        return session_id_of(params)
+    else:
+        value = getattr(params, "session_id", None)
     return value if isinstance(value, str) else None

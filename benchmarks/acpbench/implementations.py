@@ -80,6 +80,10 @@ def all_implementations() -> tuple[Implementation, ...]:
                        scenarios=("rtt", "stream", "concurrent")),
         Implementation("ours-async", "acp Async*", ours, PEERS / "ours_async_client.py", ("acp",),
                        "import acp; acp.AsyncAgent, acp.AsyncClient, acp.AsyncPromptContext, acp.schema"),
+        # the same pair with ordering("session") on both sides (ACP_BENCH_ORDERING)
+        Implementation("ours-async-session", "acp Async* by session", ours, PEERS / "ours_async_session_client.py",
+                       ("acp",), "import acp; acp.AsyncAgent, acp.AsyncClient, acp.AsyncPromptContext, acp.schema",
+                       scenarios=("rtt", "stream", "concurrent")),
         # `--baseline REF`: SyncAgent / SyncClient as of commit REF, on the same peer scripts
         Implementation("ours-baseline", "acp Sync* baseline", lambda: installed.BASELINE_PYTHON,
                        PEERS / "ours_client.py", ("acp",),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from typing import Any
 
 from _common import FILE_CONTENT, READ_PATH, agent_reply
 
@@ -11,6 +12,7 @@ import acp
 from acp import schema
 
 sessions: dict[str, str] = {}
+ORDERING: Any = os.environ.get("ACP_BENCH_ORDERING", "connection")  # see ours_async_client.py
 
 
 async def new_session(request: schema.NewSessionRequest, ctx: object) -> schema.NewSessionResponse:
@@ -36,14 +38,15 @@ async def prompt(request: schema.PromptRequest, ctx: acp.AsyncPromptContext) -> 
 
 
 async def main() -> None:
-    agent = (
+    builder = (
         acp.AsyncAgent.builder()
         .agent_info(name="bench", version="1")
         .new_session_handler(new_session)
         .prompt_handler(prompt)
-        .build()
     )
-    await agent.serve_stdio()
+    if ORDERING != "connection":  # only then: an install that predates ordering() still runs
+        builder.ordering(ORDERING)
+    await builder.build().serve_stdio()
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ run by ``_common.run_async`` like the official SDK's client."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,8 @@ import acp
 from acp import schema
 
 AGENT = [sys.executable, str(Path(__file__).with_name("ours_async_agent.py"))]
+# "session" for the ours-async-session rows (ours_async_session_client.py); the agent reads it too.
+ORDERING: Any = os.environ.get("ACP_BENCH_ORDERING", "connection")
 
 
 class OursAsyncClient:
@@ -22,13 +25,15 @@ class OursAsyncClient:
         self.client: Any = None
 
     async def open(self) -> OursAsyncClient:
-        self.client = await (
+        builder = (
             acp.AsyncClient.builder()
             .agent_process(*AGENT)
             .session_update_handler(self.on_update)
             .read_text_file_handler(self.on_read)
-            .build()
         )
+        if ORDERING != "connection":  # only then: an install that predates ordering() still runs
+            builder.ordering(ORDERING)
+        self.client = await builder.build()
         return self
 
     async def on_update(self, notification: schema.SessionNotification) -> None:
