@@ -575,7 +575,12 @@ class PromptContext(_PromptBase, AgentRequestContext):
 
     def read_file(self, path: str, line: int | None = None, limit: int | None = None) -> str:
         """The text of ``path`` (``fs/read_text_file``); raises on failure."""
-        return self._client._run(self._read_file(path, line, limit))
+        # The steps of _read_file performed directly (one call, nothing to clean up): no
+        # generators to make and resume per read.
+        client = self._client
+        request = schema.ReadTextFileRequest(session_id=self.session_id, path=path, line=line, limit=limit)
+        response: schema.ReadTextFileResponse = client._perform(client._read_text_file_call(request))
+        return response.content
 
     def try_read_file(self, path: str, line: int | None = None, limit: int | None = None) -> str | None:
         """Like :meth:`read_file`, but None when the client answers with an error. A missing
