@@ -1354,7 +1354,9 @@ class Connection:
             self._handler_done()
 
     def _handler_done(self) -> None:
-        with self._idle:
+        # The condition's own lock, taken directly: Condition.__enter__/__exit__ are two
+        # Python calls, once per inbound request.
+        with self._state_lock:
             self._running -= 1
             if self._running == 0 and self._idle_waiters:
                 self._idle.notify_all()

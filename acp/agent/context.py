@@ -569,7 +569,12 @@ class PromptContext(_PromptBase, AgentRequestContext):
         self._turn = turn
         self.session_id = request.session_id
         self.request = request
-        super().__init__(state, call, turn.token, connection)
+        # AgentRequestContext's and _ContextBase's fields, set here: two __init__ calls less
+        # per prompt turn (as AsyncPromptContext does).
+        self._connection = connection
+        self._state = state
+        self._call = call
+        self._token = turn.token
 
     # ---------------------------------------------------------------- files
 
