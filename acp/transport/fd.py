@@ -226,7 +226,11 @@ class FdTransport:
             poller.register(fd, select.POLLIN)
             poller.register(self._wake_r, select.POLLIN)
         wake = self._wake_r
-        return not any(ready_fd == wake for ready_fd, _ in poller.poll())
+        # A loop, not any() over a generator expression: a generator made and resumed per read.
+        for ready_fd, _ in poller.poll():
+            if ready_fd == wake:
+                return False
+        return True
 
     def _read_fd_loop(self, fd: int) -> bytes:
         # After a short read the pipe was most likely drained: poll first instead of paying for
