@@ -1275,7 +1275,23 @@ class Connection:
                 break
             for msg in batch:
                 if type(msg) is rpc.Notification:  # inlined: the bulk of a stream
-                    run_notification(msg, handlers.get(msg.method))
+                    handler = handlers.get(msg.method)
+                    if handler is not None and handler.notification:
+                        # _run_notification's common case, inlined too: one call less per update.
+                        try:
+                            params = handler.decode(msg.params)
+                        except Exception:
+                            run_notification(msg, handler)  # decodes again, and says why it failed
+                        else:
+                            try:
+                                handler.fn(params)
+                            except Exception:
+                                _log.exception("%s: %s notification handler failed", self.name, msg.method)
+                            except SystemExit:
+                                _log.error("%s: %s notification handler raised SystemExit; ignored (sys.exit() "
+                                           "in a handler does not end the process)", self.name, msg.method)
+                    else:
+                        run_notification(msg, handler)
                     self._dispatcher_asked = False
                 else:
                     handle(msg)
