@@ -666,6 +666,12 @@ class Connection:
         if pending is None:
             self._endpoint.take(msg_id)  # logs the dropped answer
             return
+        waiter = pending.waiter
+        if type(waiter) is not Future and type(msg) is rpc.Response:
+            # _complete()'s blocking-caller case, inlined (once per answer): the caller decodes.
+            pending.raw = msg.result
+            waiter.release()
+            return
         if type(msg) is rpc.Response:
             self._complete(pending, msg.result, None)
         else:
