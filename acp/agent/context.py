@@ -404,7 +404,11 @@ class AgentRequestContext(_ContextBase):
         connection: Notifier | None = None,
     ) -> None:
         self._connection = connection  # the threaded bridge, for a blocking handler of an AsyncAgent
-        super().__init__(state, call, token)
+        # _ContextBase's fields, set here: one __init__ call less per request.
+        self._state = state
+        self._call = call
+        if token is not None:
+            self._token = token
 
     def _make_client(
         self, state: ConnectionState, token: CancelToken, gate: Gate | None
