@@ -339,13 +339,17 @@ class NegotiatedCapabilities:
         """Raise :class:`CapabilityError` unless the agent advertised ``method``."""
         name = AGENT_METHOD_CAPABILITY.get(method)
         if name is not None:
-            self.require(name, method)
+            check = _AGENT_CHECKS.get(name)  # supports(), inlined: once per client call
+            if check is None or not check(self.agent):
+                self.require(name, method)
 
     def require_client_method(self, method: str) -> None:
         """Raise :class:`CapabilityError` unless the client advertised ``method``."""
         name = CLIENT_METHOD_CAPABILITY.get(method)
         if name is not None:
-            self.require(name, method)
+            check = _CLIENT_CHECKS.get(name)  # supports(), inlined: once per agent -> client call
+            if check is None or not check(self.client):
+                self.require(name, method)
 
     def allows_update(self, update: object) -> bool:
         """Whether the agent may send this session update to the client."""

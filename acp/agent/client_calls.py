@@ -204,9 +204,15 @@ class ClientCalls:
         return result
 
     def _read_text_file(self, request: schema.ReadTextFileRequest) -> Steps[schema.ReadTextFileResponse]:
-        self._require("fs/read_text_file")
-        result: schema.ReadTextFileResponse = yield self._op("fs/read_text_file", request, schema.ReadTextFileResponse)
+        result: schema.ReadTextFileResponse = yield self._read_text_file_call(request)
         return result
+
+    def _read_text_file_call(self, request: schema.ReadTextFileRequest) -> ClientCall:
+        """The one call of ``fs/read_text_file``, checked: a runtime may perform it directly,
+        with no steps to drive (the blocking ``read_file`` does, once per read)."""
+        self._state.capabilities.require_client_method("fs/read_text_file")
+        cancellable = self._cancellable  # self._op(), inlined
+        return ClientCall("fs/read_text_file", request, schema.ReadTextFileResponse, DEFAULT, cancellable, cancellable)
 
     def _write_text_file(self, request: schema.WriteTextFileRequest) -> Steps[schema.WriteTextFileResponse]:
         self._require("fs/write_text_file")

@@ -11,13 +11,13 @@ Every call first checks what the client advertised on *this* connection and rais
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from .. import schema
 from ..connection import Connection
 from ..errors import RequestCancelledError
 from .cancellation import CancelToken
-from .client_calls import DEFAULT, ClientCall, ClientCalls, Gate, Notifier, Steps, T
+from .client_calls import _UNBOUNDED, DEFAULT, ClientCall, ClientCalls, Gate, Notifier, Steps, T
 from .state import ConnectionState
 
 if TYPE_CHECKING:
@@ -57,7 +57,8 @@ class ClientProxy(ClientCalls):
             try:
                 call = steps.send(result) if error is None else steps.throw(error)
             except StopIteration as done:
-                return cast(T, done.value)
+                value: T = done.value  # not typing.cast: that is a Python call per request
+                return value
             error = None
             try:
                 result = self._perform(call)
@@ -69,8 +70,11 @@ class ClientProxy(ClientCalls):
         token = self._token
         if token is not None and call.refuse and token.is_cancelled:
             raise RequestCancelledError(f"{method}: the prompt turn was cancelled")
-        connection = cast(Connection, self._connection)
-        timeout = call.timeout_for(connection.request_timeout)
+        connection: Connection = self._connection  # type: ignore[assignment]  # the threaded one
+        # call.timeout_for(), inlined: once per agent -> client call.
+        timeout = call.timeout
+        if timeout is DEFAULT:
+            timeout = None if method in _UNBOUNDED else connection.request_timeout
         if _log.isEnabledFor(logging.DEBUG):
             _log.debug("-> %s %s", method, schema.encode(call.params).decode(errors="replace"))
         try:
@@ -93,7 +97,8 @@ class ClientProxy(ClientCalls):
 
     def read_text_file(self, request: schema.ReadTextFileRequest) -> schema.ReadTextFileResponse:
         """``fs/read_text_file`` (needs ``fs.readTextFile``)."""
-        return self._run(self._read_text_file(request))
+        result: schema.ReadTextFileResponse = self._perform(self._read_text_file_call(request))  # no steps to drive
+        return result
 
     def write_text_file(self, request: schema.WriteTextFileRequest) -> schema.WriteTextFileResponse:
         """``fs/write_text_file`` (needs ``fs.writeTextFile``)."""

@@ -404,7 +404,11 @@ class AgentRequestContext(_ContextBase):
         connection: Notifier | None = None,
     ) -> None:
         self._connection = connection  # the threaded bridge, for a blocking handler of an AsyncAgent
-        super().__init__(state, call, token)
+        # _ContextBase's fields, set here: one __init__ call less per request.
+        self._state = state
+        self._call = call
+        if token is not None:
+            self._token = token
 
     def _make_client(
         self, state: ConnectionState, token: CancelToken, gate: Gate | None
@@ -573,13 +577,23 @@ class PromptContext(_PromptBase, AgentRequestContext):
         self._turn = turn
         self.session_id = request.session_id
         self.request = request
-        super().__init__(state, call, turn.token, connection)
+        # AgentRequestContext's and _ContextBase's fields, set here: two __init__ calls less
+        # per prompt turn (as AsyncPromptContext does).
+        self._connection = connection
+        self._state = state
+        self._call = call
+        self._token = turn.token
 
     # ---------------------------------------------------------------- files
 
     def read_file(self, path: str, line: int | None = None, limit: int | None = None) -> str:
         """The text of ``path`` (``fs/read_text_file``); raises on failure."""
-        return self._client._run(self._read_file(path, line, limit))
+        # The steps of _read_file performed directly (one call, nothing to clean up): no
+        # generators to make and resume per read.
+        client = self._client
+        request = schema.ReadTextFileRequest(session_id=self.session_id, path=path, line=line, limit=limit)
+        response: schema.ReadTextFileResponse = client._perform(client._read_text_file_call(request))
+        return response.content
 
     def try_read_file(self, path: str, line: int | None = None, limit: int | None = None) -> str | None:
         """Like :meth:`read_file`, but None when the client answers with an error. A missing

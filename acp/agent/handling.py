@@ -191,8 +191,9 @@ def conclude_prompt(turn: Turn, request: schema.PromptRequest, result: Any) -> s
     should answer, or None when the answer went out here (a cancelled turn: answered at once,
     so it is on the wire when the turn counts as answered; session/close waits for that) or
     someone answered first (the runtime then finds the call answered and sends nothing)."""
-    response = prompt_response(result, turn.is_cancelled)
-    if turn.is_cancelled:
+    token = turn.token  # token.is_cancelled, not turn.is_cancelled: one property call less, twice a prompt
+    response = prompt_response(result, token.is_cancelled)
+    if token.is_cancelled:
         if not turn.answer(response):
             _log.debug("session %s: the prompt was already answered; handler's answer dropped", request.session_id)
         return None

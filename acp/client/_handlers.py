@@ -96,6 +96,8 @@ def _request_adapter(
     fs = method.startswith("fs/")
 
     def finish(effect: Invoke, result: Any, error: BaseException | None) -> Any:
+        if type(result) is result_type:  # the common case, without _coerce
+            return result
         if error is not None:
             if fs and isinstance(error, FileNotFoundError):
                 # The spec's code for a missing file, so agents can tell it from a failure.

@@ -165,6 +165,15 @@ class SyncClient(BlockingCalls, ClientCalls):
     def _direct(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         return fn  # handlers are plain functions, run where the engine runs them
 
+    def _settle(self, effect: Invoke, finish: Callable[[Invoke, Any, BaseException | None], Any]) -> Any:
+        # BlockingCalls._settle with _perform(Invoke) inlined: the handler is called right here
+        # (once per inbound request, e.g. every fs/read_text_file).
+        try:
+            value = effect.fn(*effect.args)
+        except BaseException as exc:
+            return finish(effect, None, exc)
+        return finish(effect, value, None)
+
     def _perform(self, effect: Effect) -> Any:
         kind = type(effect)
         if kind is Invoke:

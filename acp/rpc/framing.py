@@ -64,7 +64,12 @@ class LineFramer:
         rest = lines.pop()
         if len(data) <= self.max_line_bytes and b"\r" not in data:
             # The common case, without a method call per line: no line can be over the cap.
-            out += [line for line in lines if line and not line.isspace()]
+            if len(lines) == 1:  # one line per read (a request/answer round trip): no comprehension call
+                line = lines[0]
+                if line and not line.isspace():
+                    out.append(line)
+            else:
+                out += [line for line in lines if line and not line.isspace()]
         else:
             for line in lines:
                 self._emit(line, out)

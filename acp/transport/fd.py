@@ -218,23 +218,24 @@ class FdTransport:
         ready = poller.poll()
         return not any(ready_fd == self._wake_r for ready_fd, _ in ready)
 
-    def _wait_readable(self, fd: int) -> bool:
-        # The reader's poll object is built once (one reader at a time), not per read.
-        poller = self._read_poller
-        if poller is None:
-            poller = self._read_poller = select.poll()
-            poller.register(fd, select.POLLIN)
-            poller.register(self._wake_r, select.POLLIN)
-        wake = self._wake_r
-        return not any(ready_fd == wake for ready_fd, _ in poller.poll())
-
     def _read_fd_loop(self, fd: int) -> bytes:
         # After a short read the pipe was most likely drained: poll first instead of paying for
         # an os.read that fails with EAGAIN (each syscall also releases and retakes the GIL).
         poll_first = not self._read_nonblocking or self._last_read_short
         while True:
-            if poll_first and not self._wait_readable(fd):
-                return b""
+            if poll_first:
+                # Wait for data or the wake-up pipe, written here (not a method: once per read).
+                # The reader's poll object is built once (one reader at a time), not per read.
+                poller = self._read_poller
+                if poller is None:
+                    poller = self._read_poller = select.poll()
+                    poller.register(fd, select.POLLIN)
+                    poller.register(self._wake_r, select.POLLIN)
+                wake = self._wake_r
+                # A loop, not any() over a generator expression: a generator made and resumed per read.
+                for ready_fd, _ in poller.poll():
+                    if ready_fd == wake:
+                        return b""
             try:
                 data = os.read(fd, READ_CHUNK)
                 self._last_read_short = len(data) < READ_CHUNK
