@@ -191,11 +191,13 @@ def _pump(
                 break
             if not data:
                 break
+            # Recorded before it is passed on: the answer to a request cannot be recorded (by
+            # the other direction's pump) before the request itself.
+            recorder.feed(direction, data)
             view = memoryview(data)
             while view:
                 written = os.write(sink, view)
                 view = view[written:]
-            recorder.feed(direction, data)
     except OSError as exc:  # the other side went away (EPIPE)
         _log.debug("tap %s: write failed: %s", direction, exc)
     finally:
