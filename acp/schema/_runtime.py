@@ -184,9 +184,11 @@ def resolve_fields(obj: msgspec.Struct) -> None:
     """``__post_init__`` of Structs holding a :class:`ResolvedUnion` field: turn the builtins
     msgspec decoded into typed values (a no-op for values that already are)."""
     cls = type(obj)
-    for attr, hint in _resolved_fields(_EXTRA_OF[cls][0] if cls in _EXTRA_OF else cls):
+    for attr, hint, is_list in _resolved_fields(_EXTRA_OF[cls][0] if cls in _EXTRA_OF else cls):
         value = getattr(obj, attr)
-        if value is not None:
+        # An empty list of a list field has nothing to rebuild (session/new's usual
+        # mcpServers: []): skipped, ~9 calls less per session/new on each side.
+        if value is not None and not (is_list and value == []):
             try:
                 built = _build(hint, value, "$")
             except msgspec.ValidationError as exc:
@@ -213,7 +215,7 @@ class _FieldPlan:
 
 
 _PLANS: dict[type, list[_FieldPlan]] = {}
-_RESOLVED_FIELDS: dict[type, list[tuple[str, Any]]] = {}
+_RESOLVED_FIELDS: dict[type, list[tuple[str, Any, bool]]] = {}  # (attr, hint, hint is a list)
 _UNKNOWN_BY_VARIANTS: dict[frozenset[Any], type[UnknownVariant]] = {}
 
 
@@ -248,10 +250,11 @@ def _plan(cls: type) -> list[_FieldPlan]:
     return plan
 
 
-def _resolved_fields(cls: type) -> list[tuple[str, Any]]:
+def _resolved_fields(cls: type) -> list[tuple[str, Any, bool]]:
     found = _RESOLVED_FIELDS.get(cls)
     if found is None:
-        found = [(name, hint) for name, hint in _hints(cls).items() if _mentions_resolved(hint)]
+        found = [(name, hint, _list_item(hint) is not None) for name, hint in _hints(cls).items()
+                 if _mentions_resolved(hint)]
         _RESOLVED_FIELDS[cls] = found
     return found
 
