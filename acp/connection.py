@@ -94,7 +94,6 @@ _log = logging.getLogger("acp.connection")
 DEFAULT_REQUEST_TIMEOUT = 60.0
 CANCEL_REQUEST = rpc.CANCEL_REQUEST
 _MISS = rpc.MISS
-_NO_STARTS: list[rpc.Start] = []  # never appended to
 #: Messages the reader lets wait for the dispatcher before it stops reading (backpressure).
 MAX_QUEUED_MESSAGES = 10_000
 _FLUSH_DELAY = 0.001  # batched notifications reach the wire within this bound
@@ -305,9 +304,6 @@ class Connection:
         self._parked: int | None = None  # ident of the reader running a handler itself
         self._parked_since = 0.0
         self._last_park = 0.0
-        # The requests of the read the parked reader runs one by one, and the next to start.
-        self._parked_starts: list[rpc.Start] = _NO_STARTS
-        self._parked_next = 0
         self._house_idle = False  # the housekeeper waits without a timeout
 
         self._house_cond = threading.Condition(threading.Lock())
@@ -922,49 +918,32 @@ class Connection:
         return self._start_requests(starts, final)
 
     def _start_requests(self, starts: list[rpc.Start], final: bool) -> bool:
-        """Start the requests one read routed, in order; the reader may run them itself."""
+        """Start the requests one read routed (in order); the reader may run the last one itself."""
+        last = starts.pop()
+        for start in starts:
+            self._launch(start)
         if final or not self._leader_follower:
-            for start in starts:
-                self._launch(start)
+            self._launch(last)
             return False
-        # Leader/follower, lazily: this thread already holds the requests, so it runs them
-        # itself, one after the other (no thread wake-up between a request and its handler),
-        # with reading "parked". Reading moves to a pool thread, and the requests not started
-        # yet go to the pool (in order), only if a handler makes a request of its own or runs
-        # longer than _PARK_LIMIT: quick handlers cost no hand-over at all, and a slow one
-        # holds the ones after it back by at most _PARK_LIMIT. Every line of this read was
-        # routed above, so a new reader cannot overtake them.
+        # Leader/follower, lazily: this thread already holds the request, so it runs it
+        # itself (no thread wake-up between a request and its handler) with reading "parked".
+        # Reading moves to a pool thread only if the handler makes a request of its own or
+        # runs longer than _PARK_LIMIT; a quick handler costs no hand-over at all.
+        # Every line of this read was routed above, so a new reader cannot overtake it.
         me = threading.get_ident()
         now = time.monotonic()
-        first = starts[0]
         with self._park_lock:
             self._parked = me
             self._parked_since = now
             self._last_park = now
-            self._parked_starts = starts
-            self._parked_next = 1
         if self._house_idle or self._house_thread is None:
             self._wake_housekeeper()
-        self._run_request(first)
-        while True:
-            with self._park_lock:
-                if self._parked != me:
-                    return True  # reading (and the rest) was handed over
-                index = self._parked_next
-                closed = self._endpoint.closed
-                if index == len(starts) or closed:
-                    self._parked = None
-                    self._parked_starts = _NO_STARTS
-                if index == len(starts):
-                    return False  # nobody took reading over: carry on reading here
-                if not closed:
-                    self._parked_next = index + 1
-                    self._parked_since = time.monotonic()
-            if closed:  # as they would have been at once: launched (or refused) on the pool
-                for start in starts[index:]:
-                    self._launch(start)
-                return False
-            self._run_request(starts[index])
+        self._run_request(last)
+        with self._park_lock:
+            if self._parked == me:
+                self._parked = None
+                return False  # nobody took reading over: carry on reading here
+        return True
 
     def _unpark(self, only: int | None = None) -> None:
         """Hand parked reading to a pool thread (``only``: if parked by that thread)."""
@@ -972,10 +951,6 @@ class Connection:
             if self._parked is None or (only is not None and self._parked != only):
                 return
             self._parked = None
-            rest = self._parked_starts[self._parked_next:]
-            self._parked_starts = _NO_STARTS
-        for start in rest:  # the parked reader's requests not started yet, in order
-            self._launch(start)
         try:
             self._execute(self._read_loop)
         except RuntimeError:  # the pool is shut down: the connection is closing

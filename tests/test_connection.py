@@ -196,55 +196,6 @@ def test_one_pass_and_general_path_updates_are_handled_in_one_order(raw: tuple[C
     assert peer.recv()["id"] == 99  # answered (method not found), not handled as an update
 
 
-def test_requests_of_one_read_start_in_order_and_a_blocked_one_does_not_hold_the_rest(
-    raw: tuple[Connection, RawPeer],
-) -> None:
-    """The reader runs the requests of one read itself, one after the other; a handler that
-    blocks (here: until a later request of the same read has run) has the rest handed to the
-    pool, so none waits for it."""
-    conn, peer = raw
-    started: list[int] = []
-    second_ran = threading.Event()
-
-    def handler(params: Any, call: InboundCall) -> Any:
-        started.append(params["i"])
-        if params["i"] == 1:
-            assert second_ran.wait(WAIT), "request 2 waited for request 1"
-        if params["i"] == 2:
-            second_ran.set()
-        return params["i"]
-
-    conn.on_request("job", handler)
-    conn.start()
-    peer.send(b"".join(json.dumps({"jsonrpc": "2.0", "id": i, "method": "job", "params": {"i": i}}).encode() + b"\n"
-                       for i in range(20)))
-    answers = {msg["id"]: msg["result"] for msg in (peer.recv() for _ in range(20))}
-    assert answers == {i: i for i in range(20)}
-    assert started[:2] == [0, 1]  # started in arrival order; 1 then blocked until 2 ran
-    assert sorted(started) == list(range(20))
-
-
-def test_a_request_of_one_read_may_wait_for_its_own_call_while_the_rest_go_on(
-    raw: tuple[Connection, RawPeer],
-) -> None:
-    """The deadlock rule with several requests in one read: the first one's handler makes a
-    request of its own (reading is handed over, the rest start on the pool), and its answer is
-    read while the others are answered."""
-    conn, peer = raw
-    conn.on_request("ask", lambda params, call: conn.request("peer/echo", {"x": 1}))
-    conn.start()
-    peer.send(b"".join(json.dumps({"jsonrpc": "2.0", "id": i, "method": "ask" if i == 0 else "echo",
-                                   "params": {"i": i}}).encode() + b"\n" for i in range(5)))
-    seen: dict[Any, Any] = {}
-    while 0 not in seen:
-        msg = peer.recv()
-        if msg.get("method") == "peer/echo":
-            peer.send({"jsonrpc": "2.0", "id": msg["id"], "result": {"echoed": True}})
-        else:
-            seen[msg["id"]] = msg["result"]
-    assert seen == {0: {"echoed": True}, 1: {"i": 1}, 2: {"i": 2}, 3: {"i": 3}, 4: {"i": 4}}
-
-
 def test_1000_concurrent_requests_from_8_threads(pair: tuple[Connection, Connection]) -> None:
     a, b = pair
     b.on_request("square", lambda p, call: {"v": p["v"] * p["v"]})
