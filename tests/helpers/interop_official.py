@@ -81,7 +81,7 @@ class OfficialServer:
     """A peer server in a subprocess (the official SDK's ASGI app under uvicorn, or the TS SDK's
     node:http server); ``url(scheme)`` is its /acp."""
 
-    def __init__(self, proc: subprocess.Popen[str], port: int, stderr: list[str]) -> None:
+    def __init__(self, proc: subprocess.Popen[str], port: int, stderr: _Lines) -> None:
         self.proc = proc
         self.port = port
         self._stderr = stderr
@@ -99,9 +99,8 @@ class OfficialServer:
         def records() -> list[dict[str, Any]]:
             return [json.loads(line[5:]) for line in list(self._stderr) if line.startswith("WIRE ")]
 
-        if isinstance(self._stderr, _Lines):
-            with self._stderr.changed:
-                self._stderr.changed.wait_for(lambda: until(records()), timeout)
+        with self._stderr.changed:
+            self._stderr.changed.wait_for(lambda: until(records()), timeout)
         return records()
 
     @property
@@ -154,7 +153,7 @@ def peer_server(
     )
     assert proc.stdout is not None and proc.stderr is not None and proc.stdin is not None
     lines: queue.Queue[str] = queue.Queue()
-    stderr: list[str] = _Lines()
+    stderr = _Lines()
     readers = [
         threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True),
         threading.Thread(target=_pump, args=(proc.stderr, stderr), daemon=True),
