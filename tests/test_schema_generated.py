@@ -28,7 +28,9 @@ def schema_dir() -> Path:
 
 
 def _load_generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("generate_schema", REPO / "tools" / "generate_schema.py")
+    spec = importlib.util.spec_from_file_location(
+        "generate_schema", REPO / "tools" / "generate_schema.py"
+    )
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses resolve annotations through sys.modules
@@ -103,10 +105,37 @@ def test_open_enums_are_strings_with_constants() -> None:
 def test_unstable_markers() -> None:
     assert ("PromptResponse", "usage") in acp.schema.UNSTABLE_FIELDS
     assert "Usage" in acp.schema.UNSTABLE_TYPES
-    assert acp.schema.unstable.Usage.__doc__ and acp.schema.unstable.Usage.__doc__.startswith("Unstable:")
+    assert acp.schema.unstable.Usage.__doc__ and acp.schema.unstable.Usage.__doc__.startswith(
+        "Unstable:"
+    )
     assert "PromptResponse" not in acp.schema.UNSTABLE_TYPES
     # A field only the unstable schema has is optional, so stable messages never need it.
-    assert acp.schema.decoder(acp.schema.PromptResponse).decode(b'{"stopReason":"end_turn"}').usage is None
+    assert (
+        acp.schema.decoder(acp.schema.PromptResponse).decode(b'{"stopReason":"end_turn"}').usage
+        is None
+    )
+
+
+def test_messages_are_not_tracked_by_the_cycle_collector() -> None:
+    """gc=False on every generated type: decoded updates waiting in a reader's queue must not set
+    off the collector (benchmarks/README.md, "Garbage collection")."""
+    import gc
+
+    structs = [
+        value
+        for module in (acp.schema, acp.schema.unstable)
+        for value in vars(module).values()
+        if isinstance(value, type) and issubclass(value, acp.schema._generated._Struct)
+    ]
+    assert len(structs) > 200
+    assert [cls.__name__ for cls in structs if cls.__struct_config__.gc] == []
+    wire = (
+        b'{"sessionId":"s1","update":{"sessionUpdate":"agent_message_chunk",'
+        b'"content":{"type":"text","text":"hi"},"_meta":{"i":[1,2]}}}'
+    )
+    note = acp.schema.decoder(acp.schema.SessionNotification).decode(wire)
+    assert not gc.is_tracked(note) and not gc.is_tracked(note.update)
+    assert gc.is_tracked(note.update.field_meta)  # what it holds is still the collector's
 
 
 def test_method_tables() -> None:
@@ -122,7 +151,10 @@ def test_method_tables() -> None:
     assert client["session/update"].is_notification
     for table in (agent, client):
         assert table["$/cancel_request"].params_type is acp.schema.CancelRequestNotification
-    assert agent["session/fork"].unstable and agent["session/fork"].params_type.__name__ == "ForkSessionRequest"
+    assert (
+        agent["session/fork"].unstable
+        and agent["session/fork"].params_type.__name__ == "ForkSessionRequest"
+    )
     assert "session/fork" not in acp.schema.STABLE_AGENT_METHODS
     with pytest.raises(AttributeError):
         prompt.unstable = True  # type: ignore[misc]
@@ -134,10 +166,21 @@ def test_method_tables_cover_meta(schema_dir: Path) -> None:
     protocol = set(meta["protocolMethods"].values())
     proxy = set(meta["proxyMethods"].values())
     assert set(acp.schema.AGENT_METHODS) == set(meta["agentMethods"].values()) | protocol | proxy
-    assert set(acp.schema.CLIENT_METHODS) == set(meta["clientMethods"].values()) | protocol | {"proxy/successor"}
-    flagged = {name for t in (acp.schema.AGENT_METHODS, acp.schema.CLIENT_METHODS) for name, s in t.items() if s.proxy}
+    assert set(acp.schema.CLIENT_METHODS) == set(meta["clientMethods"].values()) | protocol | {
+        "proxy/successor"
+    }
+    flagged = {
+        name
+        for t in (acp.schema.AGENT_METHODS, acp.schema.CLIENT_METHODS)
+        for name, s in t.items()
+        if s.proxy
+    }
     assert flagged == proxy
-    stable = set(stable_meta["agentMethods"].values()) | set(stable_meta["clientMethods"].values()) | protocol
+    stable = (
+        set(stable_meta["agentMethods"].values())
+        | set(stable_meta["clientMethods"].values())
+        | protocol
+    )
     for table in (acp.schema.AGENT_METHODS, acp.schema.CLIENT_METHODS):
         for name, spec in table.items():
             assert spec.name == name

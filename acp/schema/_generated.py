@@ -14,11 +14,19 @@ from typing_extensions import TypeAlias
 from ._runtime import MethodSpec, ResolvedUnion, UnknownVariant, resolve_fields
 
 
-class _Struct(msgspec.Struct, kw_only=True, omit_defaults=True, rename="camel", forbid_unknown_fields=True):
+# gc=False: instances are not tracked by the cycle collector. Messages are trees of plain
+# data; tracked, the updates a reader has decoded and queued set off the collector every
+# few hundred messages (measured: 0.25 us of a streamed chunk's 1.3 in the client).
+class _Struct(
+    msgspec.Struct, kw_only=True, omit_defaults=True, rename="camel", forbid_unknown_fields=True, gc=False
+):
     """Base of every generated message type: keyword-only, camelCase on the wire.
 
     A field this SDK does not know makes the native decode fail, so the lenient path keeps it
-    (see :func:`acp.schema.extra_fields`); a message without one never leaves the fast path."""
+    (see :func:`acp.schema.extra_fields`); a message without one never leaves the fast path.
+
+    Not tracked by the garbage collector (``gc=False``): a reference cycle through a message
+    (say, a message stored in its own ``field_meta``) would never be freed."""
 
 
 # ---- scalar aliases and open enums (plain str/int at runtime) ----
