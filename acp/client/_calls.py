@@ -342,7 +342,8 @@ class ClientCalls(UnstableMethods):
         if isinstance(request, schema.InitializeRequest):
             return (yield from self._initialize(request, timeout))
         if isinstance(request, schema.PromptRequest):
-            return (yield from self._prompt(request, timeout))
+            call = self._prompt(request, timeout)
+            return (yield call) if isinstance(call, Send) else (yield from call)
         if isinstance(request, schema.CancelNotification):
             yield from self._cancel(request.session_id, request.field_meta)
             return None
@@ -569,9 +570,22 @@ class ClientCalls(UnstableMethods):
         request = schema.PromptRequest(session_id=session_id, prompt=_content(prompt), field_meta=meta)
         return self._prompt(request, timeout)
 
-    def _prompt(self, request: schema.PromptRequest, timeout: Any) -> Plan[schema.PromptResponse]:
+    #: True on a runtime whose prompt() is never abandoned mid-turn (``_ends_turn`` is always
+    #: False): its turn is then one ``Send`` with ``turn`` set, performed with the turn
+    #: bookkeeping around it, and no plan to create and drive per prompt.
+    _turn_is_one_send = False
+
+    def _prompt(self, request: schema.PromptRequest, timeout: Any) -> Call[schema.PromptResponse]:
         if timeout is DEFAULT:
             timeout = self._config.prompt_timeout
+        if self._turn_is_one_send:
+            call = self._request("session/prompt", request, timeout=timeout)
+            if type(call) is Send:
+                call.turn = request.session_id
+                return call
+        return self._prompt_plan(request, timeout)
+
+    def _prompt_plan(self, request: schema.PromptRequest, timeout: Any) -> Plan[schema.PromptResponse]:
         self._turns.prompt_started(request.session_id)
         try:
             call = self._request("session/prompt", request, timeout=timeout)

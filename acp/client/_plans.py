@@ -48,9 +48,13 @@ R = TypeVar("R")
 class Send:
     """Send a request and resume the plan with its typed result. A ``ConnectionClosedError``
     is replaced by the runtime's explanation (the agent's exit status...) unless
-    ``keep_subclass`` and it is a subclass (a remote refusal, with its HTTP status)."""
+    ``keep_subclass`` and it is a subclass (a remote refusal, with its HTTP status).
 
-    __slots__ = ("method", "params", "result_type", "timeout", "keep_subclass")
+    ``turn`` is set on a ``session/prompt`` that is a whole turn by itself (the blocking
+    runtime's prompt): the session the runtime counts as prompting while the request is in
+    flight (``TurnTracker.prompt_started``/``prompt_finished``)."""
+
+    __slots__ = ("method", "params", "result_type", "timeout", "keep_subclass", "turn")
 
     def __init__(
         self, method: str, params: Any, result_type: Any, timeout: float | None, keep_subclass: bool = False
@@ -60,6 +64,7 @@ class Send:
         self.result_type = result_type
         self.timeout = timeout
         self.keep_subclass = keep_subclass
+        self.turn: str | None = None
 
 
 class Notify:

@@ -96,6 +96,9 @@ class SyncClient(BlockingCalls, ClientCalls):
     Thread-safe: calls may come from several threads (e.g. ``cancel`` while ``prompt`` blocks).
     """
 
+    # A blocking prompt() cannot be abandoned mid-turn, so a turn is one Send (see _perform).
+    _turn_is_one_send = True
+
     @staticmethod
     def builder() -> SyncClientBuilder:
         """A new :class:`~acp.client.SyncClientBuilder`."""
@@ -183,7 +186,16 @@ class SyncClient(BlockingCalls, ClientCalls):
         try:
             if kind is Send:
                 assert isinstance(effect, Send)
-                return self._conn.request(effect.method, effect.params, effect.result_type, timeout=effect.timeout)
+                turn = effect.turn
+                if turn is None:
+                    return self._conn.request(effect.method, effect.params, effect.result_type, timeout=effect.timeout)
+                # A prompt turn (ClientCalls._prompt): counted while its request is in flight.
+                turns = self._turns
+                turns.prompt_started(turn)
+                try:
+                    return self._conn.request(effect.method, effect.params, effect.result_type, timeout=effect.timeout)
+                finally:
+                    turns.prompt_finished(turn)
             if kind is Notify:
                 assert isinstance(effect, Notify)
                 return self._conn.notify(effect.method, effect.params)
