@@ -559,7 +559,7 @@ class ClientCalls(UnstableMethods):
         *,
         meta: dict[str, Any] | None = None,
         timeout: float | None = DEFAULT,
-    ) -> Plan[schema.PromptResponse]:
+    ) -> Call[schema.PromptResponse]:
         """``session/prompt``: run one turn until the agent answers.
 
         ``prompt`` is a string (one text block) or a sequence of content blocks. When this
