@@ -297,8 +297,7 @@ class Connection:
         self._tls = threading.local()  # .serial is True inside a notification handler
 
         self._write_lock = threading.Lock()
-        self._wbuf: list[bytes] = []
-        self._wbuf_size = 0
+        self._wbuf = bytearray()  # batched notifications, encoded lines (under _write_lock)
 
         self._park_lock = threading.Lock()
         self._parked: int | None = None  # ident of the reader running a handler itself
@@ -578,17 +577,22 @@ class Connection:
         ep = self._endpoint
         if ep.eof or ep.closed:
             raise ConnectionClosedError("connection closed")
-        line = self._encoder.notification(method, params)
         if self._wire_tap is not None:
+            line = self._encoder.notification(method, params)
             self._tap("out", line)
-        with self._write_lock:
-            self._wbuf.append(line)
-            self._wbuf_size += len(line)
-            if self._wbuf_size >= _FLUSH_BYTES:
-                self._flush_locked()
-                return
-            first = len(self._wbuf) == 1
-        if first:
+            with self._write_lock:
+                buf = self._wbuf
+                first = not buf
+                buf += line
+        else:
+            with self._write_lock:
+                buf = self._wbuf
+                first = not buf
+                # Encoded straight into the batch: no line object, no join at the flush.
+                self._encoder.notification_into(buf, method, params)
+        if len(buf) >= _FLUSH_BYTES:
+            self._flush()
+        elif first:
             self._schedule_flush()
 
     def cancel_request(self, msg_id: int) -> None:
@@ -694,11 +698,11 @@ class Connection:
         if self._wire_tap is not None:
             self._tap("out", line)
         with self._write_lock:
-            if self._wbuf:
-                self._wbuf.append(line)
-                line = b"".join(self._wbuf)
-                self._wbuf.clear()
-                self._wbuf_size = 0
+            buf = self._wbuf
+            if buf:
+                buf += line
+                line = bytes(buf)
+                buf.clear()
             self._transport.write(line)
 
     def _flush(self) -> None:
@@ -706,10 +710,10 @@ class Connection:
             self._flush_locked()
 
     def _flush_locked(self) -> None:
-        if self._wbuf:
-            data = b"".join(self._wbuf)
-            self._wbuf.clear()
-            self._wbuf_size = 0
+        buf = self._wbuf
+        if buf:
+            data = bytes(buf)
+            buf.clear()
             self._transport.write(data)
 
     def _answer(self, call: rpc.InboundRequest, result: Any) -> bool:
@@ -869,14 +873,25 @@ class Connection:
     def _on_lines(self, lines: list[bytes | rpc.LineTooLong], final: bool = False) -> bool:
         """Route the lines of one read. Returns True when this thread handed reading over to
         another one and ran a request handler itself (leader/follower)."""
+        tap = self._wire_tap
+        one_pass = self._endpoint.one_pass
+        prefix = one_pass.prefix if one_pass is not None else None
+        if prefix is not None and tap is None and lines:
+            # A stream's read: hundreds of updates and nothing else, decoded in one go.
+            first, last = lines[0], lines[-1]
+            if type(first) is bytes and type(last) is bytes and first.startswith(prefix) and last.startswith(prefix):
+                assert one_pass is not None
+                params = one_pass.decode_lines(lines)
+                if params is not _MISS:
+                    self._enqueued += 1
+                    self._queued_in += len(params)
+                    self._queue.put(_Updates(one_pass.handler, one_pass.method, params))
+                    return False
         batch: list[Any] = []
         starts: list[rpc.Start] = []
         ready: list[rpc.ResponseLike] = []  # answers to complete once every line is routed
-        tap = self._wire_tap
         decode_line = rpc.decode_line
         handlers = self._endpoint.handlers
-        one_pass = self._endpoint.one_pass
-        prefix = one_pass.prefix if one_pass is not None else None
         for line in lines:
             if type(line) is not bytes:
                 assert isinstance(line, rpc.LineTooLong)
@@ -1291,6 +1306,22 @@ class Connection:
             batch = get()
             if batch is None:
                 break
+            if type(batch) is _Updates:  # a read of updates, decoded by the reader in one go
+                fn = batch.handler.fn
+                for params in batch:
+                    try:
+                        fn(params)
+                    except Exception:
+                        _log.exception("%s: %s notification handler failed", self.name, batch.method)
+                    except SystemExit:
+                        _log.error("%s: %s notification handler raised SystemExit; ignored (sys.exit() "
+                                   "in a handler does not end the process)", self.name, batch.method)
+                    self._dispatcher_asked = False
+                self._handled += 1
+                self._queued_out += len(batch)
+                if self._reader_held:
+                    self._release_reader()
+                continue
             for msg in batch:
                 cls = type(msg)
                 if cls is tuple and len(msg) == 3:  # decoded by the reader in one pass: most updates
@@ -1433,6 +1464,18 @@ _EOF_MARK = _Mark("EOF")
 _DRAIN_MARK = _Mark("DRAIN")
 _NOTHING = _Mark("NOTHING")
 _NOW: Any = _Mark("NOW")  # the "session" of an answer that is completed at once
+
+
+class _Updates(list[Any]):
+    """The params of a read's worth of one notification (``OnePass.decode_lines``): one queue
+    item, which the dispatcher hands to ``handler`` one by one."""
+
+    __slots__ = ("handler", "method")
+
+    def __init__(self, handler: rpc.Handler, method: str, params: list[Any]) -> None:
+        super().__init__(params)
+        self.handler = handler
+        self.method = method
 
 
 class _Lane(deque[Any]):

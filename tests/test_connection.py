@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from acp import rpc
 from acp.connection import Connection, InboundCall
 from acp.errors import (
     ConnectionClosedError,
@@ -194,6 +195,66 @@ def test_one_pass_and_general_path_updates_are_handled_in_one_order(raw: tuple[C
     assert isinstance(seen[30].update, schema.ToolCall) and seen[30].update.status is None
     assert len(seen) == 31
     assert peer.recv()["id"] == 99  # answered (method not found), not handled as an update
+
+
+def test_a_read_of_updates_only_is_handled_in_one_go_in_order_before_the_answer(raw: tuple[Connection, RawPeer]) -> None:
+    """A read holding only one-pass updates is decoded in one go (OnePass.decode_lines) and
+    queued as one item; a read it cannot take whole (a lenient update between two good ones)
+    falls back line by line. Either way: arrival order, a failing handler costs only its own
+    update, and the answer read after them completes last."""
+    from acp import schema
+
+    conn, peer = raw
+    seen: list[str] = []
+    arrived = threading.Condition()
+
+    def on_update(params: schema.SessionNotification) -> None:
+        update = params.update
+        text = update.content.text if isinstance(update, schema.AgentMessageChunk) else type(update).__name__  # type: ignore[union-attr]
+        if text == "boom":
+            raise RuntimeError("a handler bug")
+        with arrived:
+            seen.append(text)
+            arrived.notify_all()
+
+    def handled(count: int) -> bool:
+        with arrived:
+            return arrived.wait_for(lambda: len(seen) >= count, WAIT)
+
+    conn.on_notification("session/update", on_update, schema.SessionNotification)
+    one_pass = conn._endpoint.one_pass
+    assert one_pass is not None
+    one_pass._build()
+    whole = one_pass.decode_lines
+    taken: list[int] = []
+
+    def counting(lines: list[Any]) -> Any:
+        out = whole(lines)
+        if out is not rpc.MISS:
+            taken.append(len(out))
+        return out
+
+    one_pass.decode_lines = counting
+    conn.start()
+    future = conn.request_future("ping")
+    request = peer.recv()
+
+    def update(body: dict[str, Any]) -> bytes:
+        return (b'{"jsonrpc":"2.0","method":"session/update","params":'
+                + json.dumps({"sessionId": "s", "update": body}, separators=(",", ":")).encode() + b"}\n")
+
+    def chunk(text: str) -> bytes:
+        return update({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}})
+
+    peer.send(b"".join(chunk(str(i)) if i != 7 else chunk("boom") for i in range(200)))
+    assert handled(199)
+    lenient = update({"sessionUpdate": "tool_call", "toolCallId": "t", "title": "x", "status": 7})
+    peer.send(chunk("a") + lenient + chunk("b"))
+    assert handled(202)
+    peer.send(chunk("c") + json.dumps({"jsonrpc": "2.0", "id": request["id"], "result": "pong"}).encode() + b"\n")
+    assert future.result(WAIT) == "pong"
+    assert seen == [str(i) for i in range(200) if i != 7] + ["a", "ToolCall", "b", "c"]
+    assert sum(taken) == 200  # the first write went the one-go way (in however many reads)
 
 
 def test_1000_concurrent_requests_from_8_threads(pair: tuple[Connection, Connection]) -> None:

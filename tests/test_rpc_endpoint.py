@@ -676,9 +676,15 @@ def test_one_pass_decodes_what_the_general_path_would_and_misses_the_rest() -> N
         b'{"jsonrpc":"2.0","method":"session/update"}',
         b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s",',  # not JSON
         b'{"jsonrpc":"2.0","method":"session/update","params":' + b"[" * 5000 + b"]" * 5000 + b"}",
+        b'{"jsonrpc":"2.0","method":"session/update","params":' + update + b',"method":"other"}',
     ]
     for line in misses:
         assert one_pass.decode(line) is rpc.MISS, line[:120]
+    # A read's lines at once: all of them, or MISS as soon as one is not sure.
+    assert one_pass.decode_lines([good, good, good]) == [one_pass.decode(good)] * 3
+    for line in misses:
+        assert one_pass.decode_lines([good, line, good]) is rpc.MISS, line[:120]
+    assert one_pass.decode_lines([good, rpc.LineTooLong(10**9), good]) is rpc.MISS
     # The general path still decides those: the lenient one is rebuilt, the request refused...
     rebuilt = ep.handlers[rpc.HOT_NOTIFICATION].decode(rpc.decode_line(misses[3]).params)  # type: ignore[union-attr]
     assert isinstance(rebuilt.update, schema.ToolCall) and rebuilt.update.status is None

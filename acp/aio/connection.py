@@ -907,6 +907,20 @@ class AsyncConnection:
         decode_line = rpc.decode_line
         one_pass = self._endpoint.one_pass
         prefix = one_pass.prefix if one_pass is not None else None
+        if prefix is not None and tap is None and lines:
+            # A stream's read: hundreds of updates and nothing else, decoded in one go.
+            first, last = lines[0], lines[-1]
+            if type(first) is bytes and type(last) is bytes and first.startswith(prefix) and last.startswith(prefix):
+                assert one_pass is not None
+                updates = one_pass.decode_lines(lines)
+                if updates is not _MISS:
+                    hot, hot_method = one_pass.handler, one_pass.method
+                    for params in updates:
+                        if queue:  # called by the dispatcher, in order
+                            queue.append((hot, params, hot_method))
+                        else:
+                            self._call_now(hot, params, hot_method)
+                    lines = []  # nothing left for the loop below; the dispatcher is woken
         for line in lines:
             if type(line) is not bytes:
                 assert isinstance(line, rpc.LineTooLong)

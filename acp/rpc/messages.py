@@ -303,6 +303,17 @@ class Encoder:
         """A notification line."""
         return self._encoder.encode(_OutNotification("2.0", method, params)) + b"\n"  # _line, inlined: hot
 
+    def notification_into(self, buf: bytearray, method: str, params: Any) -> None:
+        """Append a notification line to ``buf`` (no bytes object of its own: the streamed
+        updates are batched in one buffer). On failure ``buf`` is left as it was."""
+        end = len(buf)
+        try:
+            self._encoder.encode_into(_OutNotification("2.0", method, params), buf, end)
+        except BaseException:
+            del buf[end:]
+            raise
+        buf += b"\n"
+
     def response(self, msg_id: RequestId, result: Any) -> bytes:
         """A success answer; a None result is written as ``{}`` (ACP results are objects)."""
         return self._encoder.encode(_OutResponse("2.0", msg_id, _EMPTY_OBJECT if result is None else result)) + b"\n"

@@ -260,6 +260,85 @@ def test_one_pass_and_general_path_updates_are_handled_in_one_order() -> None:
     run(main)
 
 
+def test_a_read_of_updates_only_is_handled_in_one_go_in_order_before_the_answer() -> None:
+    """A read holding only one-pass updates is decoded in one go: called from the reader while
+    nothing is queued, queued behind an awaitable one of them returned; a failing handler costs
+    only its own update; a read it cannot take whole (a lenient update) goes line by line; the
+    answer read after them completes last."""
+    from acp import rpc, schema
+
+    async def main() -> None:
+        conn, peer = _raw()
+        seen: list[str] = []
+        target = [0]
+        reached = asyncio.Event()
+
+        def record(text: str) -> None:
+            seen.append(text)
+            if len(seen) >= target[0]:
+                reached.set()
+
+        async def handled(count: int) -> None:
+            target[0] = count
+            reached.clear()
+            if len(seen) < count:
+                await asyncio.wait_for(reached.wait(), WAIT)
+
+        async def later(text: str) -> None:
+            await asyncio.sleep(0)  # what was read after it queues behind it
+            record(text)
+
+        def on_update(params: schema.SessionNotification) -> Any:
+            update = params.update
+            text = update.content.text if isinstance(update, schema.AgentMessageChunk) else type(update).__name__  # type: ignore[union-attr]
+            if text == "boom":
+                raise RuntimeError("a handler bug")
+            if text == "slow":
+                return later(text)
+            record(text)
+            return None
+
+        conn.on_notification("session/update", on_update, schema.SessionNotification)
+        one_pass = conn._endpoint.one_pass
+        assert one_pass is not None
+        one_pass._build()
+        whole = one_pass.decode_lines
+        taken: list[int] = []
+
+        def counting(lines: list[Any]) -> Any:
+            out = whole(lines)
+            if out is not rpc.MISS:
+                taken.append(len(out))
+            return out
+
+        one_pass.decode_lines = counting
+        conn.start()
+        waiter = asyncio.ensure_future(conn.request("ping"))
+        request = await peer.recv()
+
+        def update(body: dict[str, Any]) -> bytes:
+            return (b'{"jsonrpc":"2.0","method":"session/update","params":'
+                    + json.dumps({"sessionId": "s", "update": body}, separators=(",", ":")).encode() + b"}\n")
+
+        def chunk(text: str) -> bytes:
+            return update({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}})
+
+        texts = [str(i) for i in range(100)]
+        texts[5], texts[50] = "boom", "slow"
+        lenient = update({"sessionUpdate": "tool_call", "toolCallId": "t", "title": "x", "status": 7})
+        peer.send(*[chunk(t) for t in texts])
+        await handled(99)
+        peer.send(chunk("a"), lenient, chunk("b"))
+        await handled(102)
+        peer.send(chunk("c"), _result(request["id"], "pong"))
+        assert await asyncio.wait_for(waiter, WAIT) == "pong"
+        assert seen == [t for t in texts if t != "boom"] + ["a", "ToolCall", "b", "c"]
+        assert sum(taken) == 100  # the first write went the one-go way
+        await conn.close()
+
+    run(main)
+
+
 def test_response_completes_only_after_a_slow_notification_handler() -> None:
     async def main() -> None:
         conn, peer = _raw()
