@@ -126,13 +126,21 @@ class _SessionMethods:
     def send_message(self, content: _Content, *, meta: dict[str, Any] | None = None) -> bool:
         """Stream a piece of the agent's reply (``agent_message_chunk``); ``meta`` is its
         ``_meta``."""
-        # send_update and _block inlined: this runs once per streamed chunk.
+        # send_update, _block and session_update inlined (a chunk is a baseline update: no
+        # capability to check): this runs once per streamed chunk.
         block = schema.TextContent(text=content) if isinstance(content, str) else content
-        return self._client.session_update(
-            schema.SessionNotification(
-                session_id=self.session_id, update=schema.AgentMessageChunk(content=block, field_meta=meta)
-            )
+        notification = schema.SessionNotification(
+            session_id=self.session_id, update=schema.AgentMessageChunk(content=block, field_meta=meta)
         )
+        client = self._client
+        gate = client._gate
+        if gate is None:
+            client._connection.notify("session/update", notification)
+            return True
+        if gate(client._connection, notification):
+            return True
+        _log.debug("session %s: update after the prompt was answered; dropped", self.session_id)
+        return False
 
     def send_thought(self, content: _Content, *, meta: dict[str, Any] | None = None) -> bool:
         """Stream a piece of the agent's reasoning (``agent_thought_chunk``); ``meta`` is its
