@@ -1047,6 +1047,18 @@ class Connection:
         session_of = rpc.session_id_of
         handlers = self._endpoint.handlers
         route = self._route_by_session
+        one_pass = self._endpoint.one_pass
+        if one_pass is not None and tap is None and lines:
+            # A stream's read: hundreds of updates and nothing else, decoded in one go (see
+            # _on_lines), each queued in its session's lane with its typed params.
+            first, last = lines[0], lines[-1]
+            prefix = one_pass.prefix
+            if type(first) is bytes and type(last) is bytes and first.startswith(prefix) and last.startswith(prefix):
+                updates = one_pass.decode_lines(lines)
+                if updates is not _MISS:
+                    session_of_params, hot, hot_method = rpc.session_of_params, one_pass.handler, one_pass.method
+                    arrivals = [(session_of_params(p), rpc.Decoded(hot, p, hot_method)) for p in updates]
+                    lines = []
         for line in lines:
             if type(line) is not bytes:
                 assert isinstance(line, rpc.LineTooLong)
@@ -1076,7 +1088,7 @@ class Connection:
             admit = self._admit
             for key, item in arrivals:
                 cls = type(item)
-                if cls is rpc.Notification:
+                if cls is rpc.Notification or cls is rpc.Decoded:
                     admit(key, item, False, wake)
                 elif cls is tuple:
                     if admit(key, item, True, wake):
@@ -1260,7 +1272,9 @@ class Connection:
 
     def _handle_queued(self, item: Any) -> None:
         cls = type(item)
-        if cls is rpc.Notification:
+        if cls is rpc.Decoded:
+            self._call_notification(item.handler, item.params, item.method)
+        elif cls is rpc.Notification:
             self._run_notification(item, self._endpoint.handlers.get(item.method))
         elif cls is tuple:
             if item[0].is_answered:  # $/cancel_request while queued: answered already

@@ -7,6 +7,7 @@ updates were handled when a call returned), never wall-clock thresholds.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from concurrent.futures import TimeoutError as FutureTimeout  # not the builtin before 3.11
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 
 import acp
-from acp import schema
+from acp import rpc, schema
 from acp.connection import Connection
 from acp.transport import memory_pair
 
@@ -39,7 +40,7 @@ class Recorder:
         self.read = threading.Event()
         self._watch = watch
         self._read_count = 0
-        self.client = (
+        builder = (
             acp.SyncClient.builder()
             .agent_process(*helper_argv("session_order_agent", ordering))
             .ordering(ordering)  # type: ignore[arg-type]
@@ -47,9 +48,12 @@ class Recorder:
             .session_update_handler(self._update)
             .ext_notification_handler("_test/ping", self._ping)
             .request_permission_handler(self._permission)
-            .wire_tap(self._tap)
-            .build()
         )
+        if watch is not None:
+            # Only then: a wire tap sends every line down the line-by-line path, and the other
+            # tests should see reads of updates decoded in one go, as a client without a tap does.
+            builder.wire_tap(self._tap)
+        self.client = builder.build()
 
     def _tap(self, direction: str, line: bytes) -> None:
         if self._watch is None or direction != "in" or b"agent_message_chunk" not in line:
@@ -186,6 +190,75 @@ def session_pair(no_thread_leak: None) -> Any:
     yield a, b
     a.close()
     b.close()
+
+
+def _update_line(session: str, body: dict[str, Any]) -> bytes:
+    """A session/update line as our encoder (and the TypeScript SDK) writes it."""
+    params = {"sessionId": session, "update": body}
+    return b'{"jsonrpc":"2.0","method":"session/update","params":' + json.dumps(params, separators=(",", ":")).encode() + b"}\n"
+
+
+def _chunk_line(session: str, text: str) -> bytes:
+    return _update_line(session, {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}})
+
+
+def test_session_ordering_a_read_of_updates_only_goes_to_the_lanes_in_one_go(no_thread_leak: None) -> None:
+    """By session too, a read of one-pass updates only is decoded in one go and each update
+    queued in its session's lane, typed; a read it cannot take whole (a lenient update) goes
+    line by line. Each session keeps its order, a failing handler costs only its own update,
+    and a request waits for its session's updates."""
+    ours, theirs = memory_pair()
+    conn = Connection(ours, name="a", request_timeout=WAIT, ordering="session")
+    seen: dict[str, list[str]] = {}
+    arrived = threading.Condition()
+
+    def on_update(params: schema.SessionNotification) -> None:
+        update = params.update
+        text = update.content.text if isinstance(update, schema.AgentMessageChunk) else type(update).__name__  # type: ignore[union-attr]
+        if text == "boom":
+            raise RuntimeError("a handler bug")
+        with arrived:
+            seen.setdefault(params.session_id, []).append(text)
+            arrived.notify_all()
+
+    def handled(count: int) -> bool:
+        with arrived:
+            return arrived.wait_for(lambda: sum(map(len, seen.values())) >= count, WAIT)
+
+    conn.on_notification("session/update", on_update, schema.SessionNotification)
+    conn.on_request("ping", lambda params, call: {"seen": len(seen.get(params["sessionId"], ()))})
+    one_pass = conn._endpoint.one_pass
+    assert one_pass is not None
+    one_pass._build()
+    whole = one_pass.decode_lines
+    taken: list[int] = []
+
+    def counting(lines: list[Any]) -> Any:
+        out = whole(lines)
+        if out is not rpc.MISS:
+            taken.append(len(out))
+        return out
+
+    one_pass.decode_lines = counting
+    try:
+        conn.start()
+        texts = {"s1": [f"a{i}" for i in range(60)], "s2": [f"b{i}" for i in range(60)]}
+        texts["s2"][9] = "boom"
+        theirs.write(b"".join(_chunk_line(s, texts[s][i]) for i in range(60) for s in ("s1", "s2")))
+        assert handled(119)
+        lenient = _update_line("s1", {"sessionUpdate": "tool_call", "toolCallId": "t", "title": "x", "status": 7})
+        theirs.write(_chunk_line("s2", "y") + lenient + _chunk_line("s1", "z"))
+        theirs.write(_chunk_line("s1", "last") + b'{"jsonrpc":"2.0","id":1,"method":"ping","params":{"sessionId":"s1"}}\n')
+        answer = b""
+        while b"\n" not in answer:
+            answer += theirs.read()
+        assert json.loads(answer) == {"jsonrpc": "2.0", "id": 1, "result": {"seen": 63}}
+        assert seen["s1"] == texts["s1"] + ["ToolCall", "z", "last"]
+        assert seen["s2"] == [t for t in texts["s2"] if t != "boom"] + ["y"]
+        assert sum(taken) == 120  # the first write went the one-go way
+    finally:
+        conn.close()
+        theirs.close()
 
 
 def test_session_deadlock_rule_a_notification_handler_waits_for_its_own_sessions_answer(session_pair: Any) -> None:

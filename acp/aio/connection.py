@@ -1286,6 +1286,19 @@ class AsyncConnection:
         handlers = self._endpoint.handlers
         admit = self._admit
         route = self._route_by_session
+        one_pass = self._endpoint.one_pass
+        if one_pass is not None and tap is None and lines:
+            # A stream's read: hundreds of updates and nothing else, decoded in one go (see
+            # _on_lines), each queued in its session's lane with its typed params.
+            first, last = lines[0], lines[-1]
+            prefix = one_pass.prefix
+            if type(first) is bytes and type(last) is bytes and first.startswith(prefix) and last.startswith(prefix):
+                updates = one_pass.decode_lines(lines)
+                if updates is not _MISS:
+                    session_of_params, hot, hot_method = rpc.session_of_params, one_pass.handler, one_pass.method
+                    for p in updates:
+                        admit(session_of_params(p), rpc.Decoded(hot, p, hot_method))
+                    return
         for line in lines:
             if type(line) is not bytes:
                 assert isinstance(line, rpc.LineTooLong)
@@ -1380,18 +1393,21 @@ class AsyncConnection:
         notification's handler is called (its awaitable, with the method, is returned for the
         caller to await in order), an answer completes its caller, a request starts."""
         cls = type(item)
-        if cls is _Notification:
+        if cls is _Notification or cls is rpc.Decoded:
             method = item.method
-            handler = self._endpoint.handlers.get(method)
-            if handler is None or not handler.notification:
-                awaitable = self._call_notification(item)  # the fallback, or nobody
-                return None if awaitable is None else (awaitable, method)
-            # Inlined (_call_notification): one call per streamed update instead of three.
-            try:
-                params = handler.decode(item.params)
-            except (msgspec.DecodeError, RecursionError) as exc:  # a ValidationError, invalid UTF-8...
-                _log.warning("%s: %s notification with invalid params: %s", self.name, method, exc)
-                return None
+            if cls is rpc.Decoded:  # the reader decoded it in one pass
+                handler, params = item.handler, item.params
+            else:
+                handler = self._endpoint.handlers.get(method)
+                if handler is None or not handler.notification:
+                    awaitable = self._call_notification(item)  # the fallback, or nobody
+                    return None if awaitable is None else (awaitable, method)
+                # Inlined (_call_notification): one call per streamed update instead of three.
+                try:
+                    params = handler.decode(item.params)
+                except (msgspec.DecodeError, RecursionError) as exc:  # a ValidationError, invalid UTF-8...
+                    _log.warning("%s: %s notification with invalid params: %s", self.name, method, exc)
+                    return None
             try:
                 awaitable = handler.fn(params)
             except Exception:

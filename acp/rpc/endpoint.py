@@ -236,6 +236,15 @@ def _always_miss(line: Any) -> Any:
     return MISS
 
 
+class Decoded(msgspec.Struct, gc=False):
+    """A notification a reader decoded in one pass (:class:`OnePass`), queued until its turn:
+    then ``handler.fn(params)``. (A runtime ordering by session queues them in lanes.)"""
+
+    handler: Handler
+    params: Any
+    method: str
+
+
 class Pending:
     """An outbound request waiting for its answer.
 

@@ -457,3 +457,72 @@ def test_end_of_input_handles_every_lane_first_then_runs_on_close_once() -> None
         await conn.close()
 
     run(main)
+
+
+def test_a_read_of_updates_only_goes_to_the_lanes_in_one_go() -> None:
+    """A read of one-pass updates only is decoded in one go and each update goes to its
+    session's lane typed (behind an awaitable one of them returned, or called at once); a read
+    it cannot take whole (a lenient update) goes line by line. Each session keeps its order, a
+    failing handler costs only its own update, a request waits for its session's updates."""
+    import json
+
+    from acp import rpc, schema
+
+    async def main() -> None:
+        conn, peer = _raw()
+        seen: dict[str, list[str]] = {}
+
+        async def later(session: str, text: str) -> None:
+            await asyncio.sleep(0)  # what the read holds after it queues in the lane
+            seen.setdefault(session, []).append(text)
+
+        def on_update(params: schema.SessionNotification) -> Any:
+            update = params.update
+            text = update.content.text if isinstance(update, schema.AgentMessageChunk) else type(update).__name__  # type: ignore[union-attr]
+            if text == "boom":
+                raise RuntimeError("a handler bug")
+            if text.endswith("slow"):
+                return later(params.session_id, text)
+            seen.setdefault(params.session_id, []).append(text)
+            return None
+
+        conn.on_notification("session/update", on_update, schema.SessionNotification)
+        conn.on_request("ping", lambda params, call: {"seen": len(seen.get(params["sessionId"], ()))})
+        one_pass = conn._endpoint.one_pass
+        assert one_pass is not None
+        one_pass._build()
+        whole = one_pass.decode_lines
+        taken: list[int] = []
+
+        def counting(lines: list[Any]) -> Any:
+            out = whole(lines)
+            if out is not rpc.MISS:
+                taken.append(len(out))
+            return out
+
+        one_pass.decode_lines = counting
+        conn.start()
+
+        def update(session: str, body: dict[str, Any]) -> bytes:
+            params = {"sessionId": session, "update": body}
+            return (b'{"jsonrpc":"2.0","method":"session/update","params":'
+                    + json.dumps(params, separators=(",", ":")).encode() + b"}\n")
+
+        def chunk(session: str, text: str) -> bytes:
+            return update(session, {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}})
+
+        texts = {"s1": [f"a{i}" for i in range(40)], "s2": [f"b{i}" for i in range(40)]}
+        texts["s1"][3], texts["s2"][9] = "a3-slow", "boom"
+        lenient = update("s1", {"sessionUpdate": "tool_call", "toolCallId": "t", "title": "x", "status": 7})
+        peer.send(*[chunk(s, texts[s][i]) for i in range(40) for s in ("s1", "s2")])
+        await yield_loop()
+        peer.send(chunk("s2", "y"), lenient, chunk("s1", "z"))
+        await yield_loop()
+        peer.send(chunk("s1", "last"), _req(1, "ping", {"sessionId": "s1"}))
+        assert await peer.recv() == _result(1, {"seen": 43})
+        assert seen["s1"] == texts["s1"] + ["ToolCall", "z", "last"]
+        assert seen["s2"] == [t for t in texts["s2"] if t != "boom"] + ["y"]
+        assert sum(taken) == 80  # the first write went the one-go way
+        await conn.close()
+
+    run(main)
