@@ -118,7 +118,7 @@ def test_unstable_markers() -> None:
 
 def test_messages_are_not_tracked_by_the_cycle_collector() -> None:
     """gc=False on every generated type: decoded updates waiting in a reader's queue must not set
-    off the collector (benchmarks/README.md, "Garbage collection")."""
+    off the collector (benchmarks/README.md, "Fourth pass")."""
     import gc
 
     structs = [
