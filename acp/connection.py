@@ -865,6 +865,9 @@ class Connection:
                 lines = feed(data)
                 if lines and self._on_lines(lines):
                     return  # reading was handed to another thread
+                # Not kept while blocked in the next read: a read's bytes and lines (a line may
+                # be up to max_message_bytes) are freed as soon as they are routed.
+                del data, lines
             self._on_lines(self._framer.end(), final=True)
         except BaseException:
             _log.exception("%s: reader failed", self.name)
@@ -876,17 +879,14 @@ class Connection:
         tap = self._wire_tap
         one_pass = self._endpoint.one_pass
         prefix = one_pass.prefix if one_pass is not None else None
-        if prefix is not None and tap is None and lines:
+        if one_pass is not None and tap is None:
             # A stream's read: hundreds of updates and nothing else, decoded in one go.
-            first, last = lines[0], lines[-1]
-            if type(first) is bytes and type(last) is bytes and first.startswith(prefix) and last.startswith(prefix):
-                assert one_pass is not None
-                params = one_pass.decode_lines(lines)
-                if params is not _MISS:
-                    self._enqueued += 1
-                    self._queued_in += len(params)
-                    self._queue.put(_Updates(one_pass.handler, one_pass.method, params))
-                    return False
+            params = one_pass.decode_read(lines)
+            if params is not _MISS:
+                self._enqueued += 1
+                self._queued_in += len(params)
+                self._queue.put(_Updates(one_pass.handler, one_pass.method, params))
+                return False
         batch: list[Any] = []
         starts: list[rpc.Start] = []
         ready: list[rpc.ResponseLike] = []  # answers to complete once every line is routed
@@ -1048,17 +1048,14 @@ class Connection:
         handlers = self._endpoint.handlers
         route = self._route_by_session
         one_pass = self._endpoint.one_pass
-        if one_pass is not None and tap is None and lines:
+        if one_pass is not None and tap is None:
             # A stream's read: hundreds of updates and nothing else, decoded in one go (see
             # _on_lines), each queued in its session's lane with its typed params.
-            first, last = lines[0], lines[-1]
-            prefix = one_pass.prefix
-            if type(first) is bytes and type(last) is bytes and first.startswith(prefix) and last.startswith(prefix):
-                updates = one_pass.decode_lines(lines)
-                if updates is not _MISS:
-                    session_of_params, hot, hot_method = rpc.session_of_params, one_pass.handler, one_pass.method
-                    arrivals = [(session_of_params(p), rpc.Decoded(hot, p, hot_method)) for p in updates]
-                    lines = []
+            updates = one_pass.decode_read(lines)
+            if updates is not _MISS:
+                session_of_params, hot, hot_method = rpc.session_of_params, one_pass.handler, one_pass.method
+                arrivals = [(session_of_params(p), rpc.Decoded(hot, p, hot_method)) for p in updates]
+                lines = []
         for line in lines:
             if type(line) is not bytes:
                 assert isinstance(line, rpc.LineTooLong)
@@ -1309,10 +1306,7 @@ class Connection:
 
     def _dispatch_loop(self) -> None:
         get = self._queue.get
-        handlers = self._endpoint.handlers
-        run_notification = self._run_notification
-        call_notification = self._call_notification
-        handle = self._handle_queued
+        dispatch = self._dispatch
         # Requests sent from here (by notification handlers) are answered without waiting
         # for the queue: see the deadlock rule in the module docstring.
         self._tls.serial = True
@@ -1320,22 +1314,27 @@ class Connection:
             batch = get()
             if batch is None:
                 break
-            if type(batch) is _Updates:  # a read of updates, decoded by the reader in one go
-                fn = batch.handler.fn
-                for params in batch:
-                    try:
-                        fn(params)
-                    except Exception:
-                        _log.exception("%s: %s notification handler failed", self.name, batch.method)
-                    except SystemExit:
-                        _log.error("%s: %s notification handler raised SystemExit; ignored (sys.exit() "
-                                   "in a handler does not end the process)", self.name, batch.method)
-                    self._dispatcher_asked = False
-                self._handled += 1
-                self._queued_out += len(batch)
-                if self._reader_held:
-                    self._release_reader()
-                continue
+            dispatch(batch)
+            # Not kept while waiting for the next batch (nor are _dispatch's locals: the last
+            # message and its params, which may hold a line of up to max_message_bytes).
+            del batch
+
+    def _dispatch(self, batch: list[Any]) -> None:
+        """Handle one read's queued messages, in order (the dispatcher thread)."""
+        if type(batch) is _Updates:  # a read of updates, decoded by the reader in one go
+            fn = batch.handler.fn
+            for params in batch:
+                try:
+                    fn(params)
+                except Exception:
+                    _log.exception("%s: %s notification handler failed", self.name, batch.method)
+                except SystemExit:
+                    _log.error("%s: %s notification handler raised SystemExit; ignored (sys.exit() "
+                               "in a handler does not end the process)", self.name, batch.method)
+                self._dispatcher_asked = False
+        else:
+            handlers = self._endpoint.handlers
+            call_notification = self._call_notification
             for msg in batch:
                 cls = type(msg)
                 if cls is tuple and len(msg) == 3:  # decoded by the reader in one pass: most updates
@@ -1348,7 +1347,7 @@ class Connection:
                         try:
                             params = handler.decode(msg.params)
                         except Exception:
-                            run_notification(msg, handler)  # decodes again, and says why it failed
+                            self._run_notification(msg, handler)  # decodes again, and says why it failed
                         else:
                             try:
                                 handler.fn(params)
@@ -1358,14 +1357,14 @@ class Connection:
                                 _log.error("%s: %s notification handler raised SystemExit; ignored (sys.exit() "
                                            "in a handler does not end the process)", self.name, msg.method)
                     else:
-                        run_notification(msg, handler)
+                        self._run_notification(msg, handler)
                     self._dispatcher_asked = False
                 else:
-                    handle(msg)
-            self._handled += 1
-            self._queued_out += len(batch)
-            if self._reader_held:
-                self._release_reader()
+                    self._handle_queued(msg)
+        self._handled += 1
+        self._queued_out += len(batch)
+        if self._reader_held:
+            self._release_reader()
 
     def _run_notification(self, msg: rpc.Notification, handler: rpc.Handler | None) -> None:
         try:

@@ -3,6 +3,7 @@ bad input, close. Nothing here waits by sleeping: events and joins with timeouts
 
 from __future__ import annotations
 
+import gc
 import json
 import threading
 from collections.abc import Iterator
@@ -12,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from acp import rpc
 from acp.connection import Connection, InboundCall
 from acp.errors import (
     ConnectionClosedError,
@@ -22,6 +22,7 @@ from acp.errors import (
 )
 from acp.transport import memory_pair
 from acp.transport.base import Transport
+from tests.helpers.one_go import chunk_line, count_reads_in_one_go, lenient_line
 
 WAIT = 10.0
 
@@ -222,39 +223,80 @@ def test_a_read_of_updates_only_is_handled_in_one_go_in_order_before_the_answer(
             return arrived.wait_for(lambda: len(seen) >= count, WAIT)
 
     conn.on_notification("session/update", on_update, schema.SessionNotification)
-    one_pass = conn._endpoint.one_pass
-    assert one_pass is not None
-    one_pass._build()
-    whole = one_pass.decode_lines
-    taken: list[int] = []
-
-    def counting(lines: list[Any]) -> Any:
-        out = whole(lines)
-        if out is not rpc.MISS:
-            taken.append(len(out))
-        return out
-
-    one_pass.decode_lines = counting
+    taken = count_reads_in_one_go(conn._endpoint)
     conn.start()
     future = conn.request_future("ping")
     request = peer.recv()
-
-    def update(body: dict[str, Any]) -> bytes:
-        return (b'{"jsonrpc":"2.0","method":"session/update","params":'
-                + json.dumps({"sessionId": "s", "update": body}, separators=(",", ":")).encode() + b"}\n")
-
-    def chunk(text: str) -> bytes:
-        return update({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}})
-
-    peer.send(b"".join(chunk(str(i)) if i != 7 else chunk("boom") for i in range(200)))
+    peer.send(b"".join(chunk_line("s", str(i) if i != 7 else "boom") for i in range(200)))
     assert handled(199)
-    lenient = update({"sessionUpdate": "tool_call", "toolCallId": "t", "title": "x", "status": 7})
-    peer.send(chunk("a") + lenient + chunk("b"))
+    peer.send(chunk_line("s", "a") + lenient_line("s") + chunk_line("s", "b"))
     assert handled(202)
-    peer.send(chunk("c") + json.dumps({"jsonrpc": "2.0", "id": request["id"], "result": "pong"}).encode() + b"\n")
+    peer.send(chunk_line("s", "c") + json.dumps({"jsonrpc": "2.0", "id": request["id"], "result": "pong"}).encode() + b"\n")
     assert future.result(WAIT) == "pong"
     assert seen == [str(i) for i in range(200) if i != 7] + ["a", "ToolCall", "b", "c"]
     assert sum(taken) == 200  # the first write went the one-go way (in however many reads)
+
+
+def test_a_big_line_is_freed_once_handled_not_when_the_next_message_comes(no_thread_leak: None) -> None:
+    """Neither the reader (blocked in its next read) nor the dispatcher (waiting for its next
+    batch) keeps the last line, or what was decoded from it, alive."""
+    import os
+    import queue
+    import tracemalloc
+
+    import acp
+
+    ours, theirs = memory_pair()
+    line_read = threading.Event()  # the read that ended the big line returned
+    reader_back = threading.Event()  # the reader asked for more after that read
+    gets = threading.Semaphore(0)
+
+    class Watched:  # the transport, telling when the reader is back for more
+        description = "watched"
+
+        def read(self) -> bytes:
+            if line_read.is_set():
+                reader_back.set()
+            data = ours.read()
+            if data.endswith(b'"}}\n'):
+                line_read.set()
+            return data
+
+        def write(self, data: bytes) -> None:
+            ours.write(data)
+
+        def close(self) -> None:
+            ours.close()
+
+    class WatchedQueue(queue.SimpleQueue):  # type: ignore[type-arg]
+        def get(self, block: bool = True, timeout: float | None = None) -> Any:
+            gets.release()
+            return super().get(block, timeout)
+
+    conn = Connection(Watched(), name="engine", request_timeout=WAIT)  # type: ignore[arg-type]
+    conn._queue = WatchedQueue()
+    got = threading.Event()
+    conn.on_notification("big", lambda params: got.set())
+    try:
+        conn.start()
+        assert gets.acquire(timeout=WAIT)  # the dispatcher waits for its first batch
+        tracemalloc.start()
+        try:
+            before = tracemalloc.take_snapshot()
+            theirs.write(b'{"jsonrpc":"2.0","method":"big","params":{"x":"' + b"a" * 4_000_000 + b'"}}\n')
+            assert got.wait(WAIT)
+            # Back in their waits: the reader for more bytes, the dispatcher for its next batch.
+            assert reader_back.wait(WAIT) and gets.acquire(timeout=WAIT)
+            gc.collect()
+            after = tracemalloc.take_snapshot()
+        finally:
+            tracemalloc.stop()
+        sdk = [tracemalloc.Filter(True, os.path.join(os.path.dirname(acp.__file__), "*"), all_frames=True)]
+        kept = [d for d in after.filter_traces(sdk).compare_to(before.filter_traces(sdk), "traceback") if d.size_diff > 1_000_000]
+        assert kept == [], [d.traceback.format()[-2:] for d in kept]
+    finally:
+        conn.close()
+        theirs.close()
 
 
 def test_1000_concurrent_requests_from_8_threads(pair: tuple[Connection, Connection]) -> None:

@@ -685,6 +685,11 @@ def test_one_pass_decodes_what_the_general_path_would_and_misses_the_rest() -> N
     for line in misses:
         assert one_pass.decode_lines([good, line, good]) is rpc.MISS, line[:120]
     assert one_pass.decode_lines([good, rpc.LineTooLong(10**9), good]) is rpc.MISS
+    # What the readers call: only a read whose first and last lines look like ours is tried.
+    answer = b'{"jsonrpc":"2.0","id":1,"result":{}}'
+    assert one_pass.decode_read([good, good]) == [one_pass.decode(good)] * 2
+    for read in ([], [answer], [good, answer], [answer, good], [rpc.LineTooLong(5), good], [good, rpc.LineTooLong(5)]):
+        assert one_pass.decode_read(read) is rpc.MISS, read
     # The general path still decides those: the lenient one is rebuilt, the request refused...
     rebuilt = ep.handlers[rpc.HOT_NOTIFICATION].decode(rpc.decode_line(misses[3]).params)  # type: ignore[union-attr]
     assert isinstance(rebuilt.update, schema.ToolCall) and rebuilt.update.status is None

@@ -17,11 +17,12 @@ from typing import Any
 import pytest
 
 import acp
-from acp import rpc, schema
+from acp import schema
 from acp.connection import Connection
 from acp.transport import memory_pair
 
 from .conftest import helper_argv
+from .helpers.one_go import chunk_line, count_reads_in_one_go, lenient_line
 
 WAIT = 30.0
 SLOW = 0.01  # per update of the slow session
@@ -192,16 +193,6 @@ def session_pair(no_thread_leak: None) -> Any:
     b.close()
 
 
-def _update_line(session: str, body: dict[str, Any]) -> bytes:
-    """A session/update line as our encoder (and the TypeScript SDK) writes it."""
-    params = {"sessionId": session, "update": body}
-    return b'{"jsonrpc":"2.0","method":"session/update","params":' + json.dumps(params, separators=(",", ":")).encode() + b"}\n"
-
-
-def _chunk_line(session: str, text: str) -> bytes:
-    return _update_line(session, {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}})
-
-
 def test_session_ordering_a_read_of_updates_only_goes_to_the_lanes_in_one_go(no_thread_leak: None) -> None:
     """By session too, a read of one-pass updates only is decoded in one go and each update
     queued in its session's lane, typed; a read it cannot take whole (a lenient update) goes
@@ -227,28 +218,15 @@ def test_session_ordering_a_read_of_updates_only_goes_to_the_lanes_in_one_go(no_
 
     conn.on_notification("session/update", on_update, schema.SessionNotification)
     conn.on_request("ping", lambda params, call: {"seen": len(seen.get(params["sessionId"], ()))})
-    one_pass = conn._endpoint.one_pass
-    assert one_pass is not None
-    one_pass._build()
-    whole = one_pass.decode_lines
-    taken: list[int] = []
-
-    def counting(lines: list[Any]) -> Any:
-        out = whole(lines)
-        if out is not rpc.MISS:
-            taken.append(len(out))
-        return out
-
-    one_pass.decode_lines = counting
+    taken = count_reads_in_one_go(conn._endpoint)
     try:
         conn.start()
         texts = {"s1": [f"a{i}" for i in range(60)], "s2": [f"b{i}" for i in range(60)]}
         texts["s2"][9] = "boom"
-        theirs.write(b"".join(_chunk_line(s, texts[s][i]) for i in range(60) for s in ("s1", "s2")))
+        theirs.write(b"".join(chunk_line(s, texts[s][i]) for i in range(60) for s in ("s1", "s2")))
         assert handled(119)
-        lenient = _update_line("s1", {"sessionUpdate": "tool_call", "toolCallId": "t", "title": "x", "status": 7})
-        theirs.write(_chunk_line("s2", "y") + lenient + _chunk_line("s1", "z"))
-        theirs.write(_chunk_line("s1", "last") + b'{"jsonrpc":"2.0","id":1,"method":"ping","params":{"sessionId":"s1"}}\n')
+        theirs.write(chunk_line("s2", "y") + lenient_line("s1") + chunk_line("s1", "z"))
+        theirs.write(chunk_line("s1", "last") + b'{"jsonrpc":"2.0","id":1,"method":"ping","params":{"sessionId":"s1"}}\n')
         answer = b""
         while b"\n" not in answer:
             answer += theirs.read()

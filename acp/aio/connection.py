@@ -843,6 +843,9 @@ class AsyncConnection:
                 lines = feed(data)
                 if lines:
                     self._on_lines(lines)
+                # Not kept while awaiting the next read: a read's bytes and lines (a line may be
+                # up to max_message_bytes) are freed as soon as they are routed.
+                del data, lines
             if not self._closed:
                 self._on_lines(self._framer.end())
         except asyncio.CancelledError:
@@ -907,20 +910,17 @@ class AsyncConnection:
         decode_line = rpc.decode_line
         one_pass = self._endpoint.one_pass
         prefix = one_pass.prefix if one_pass is not None else None
-        if prefix is not None and tap is None and lines:
+        if one_pass is not None and tap is None:
             # A stream's read: hundreds of updates and nothing else, decoded in one go.
-            first, last = lines[0], lines[-1]
-            if type(first) is bytes and type(last) is bytes and first.startswith(prefix) and last.startswith(prefix):
-                assert one_pass is not None
-                updates = one_pass.decode_lines(lines)
-                if updates is not _MISS:
-                    hot, hot_method = one_pass.handler, one_pass.method
-                    for params in updates:
-                        if queue:  # called by the dispatcher, in order
-                            queue.append((hot, params, hot_method))
-                        else:
-                            self._call_now(hot, params, hot_method)
-                    lines = []  # nothing left for the loop below; the dispatcher is woken
+            updates = one_pass.decode_read(lines)
+            if updates is not _MISS:
+                hot, hot_method = one_pass.handler, one_pass.method
+                for params in updates:
+                    if queue:  # called by the dispatcher, in order
+                        queue.append((hot, params, hot_method))
+                    else:
+                        self._call_now(hot, params, hot_method)
+                lines = []  # nothing left for the loop below; the dispatcher is woken
         for line in lines:
             if type(line) is not bytes:
                 assert isinstance(line, rpc.LineTooLong)
@@ -1287,18 +1287,15 @@ class AsyncConnection:
         admit = self._admit
         route = self._route_by_session
         one_pass = self._endpoint.one_pass
-        if one_pass is not None and tap is None and lines:
+        if one_pass is not None and tap is None:
             # A stream's read: hundreds of updates and nothing else, decoded in one go (see
             # _on_lines), each queued in its session's lane with its typed params.
-            first, last = lines[0], lines[-1]
-            prefix = one_pass.prefix
-            if type(first) is bytes and type(last) is bytes and first.startswith(prefix) and last.startswith(prefix):
-                updates = one_pass.decode_lines(lines)
-                if updates is not _MISS:
-                    session_of_params, hot, hot_method = rpc.session_of_params, one_pass.handler, one_pass.method
-                    for p in updates:
-                        admit(session_of_params(p), rpc.Decoded(hot, p, hot_method))
-                    return
+            updates = one_pass.decode_read(lines)
+            if updates is not _MISS:
+                session_of_params, hot, hot_method = rpc.session_of_params, one_pass.handler, one_pass.method
+                for p in updates:
+                    admit(session_of_params(p), rpc.Decoded(hot, p, hot_method))
+                return
         for line in lines:
             if type(line) is not bytes:
                 assert isinstance(line, rpc.LineTooLong)

@@ -178,10 +178,20 @@ class OnePass:
     ``decode_lines(lines)`` is the same for every line of one read at once: the list of their
     params, or :data:`MISS` if any line is not sure (then decode them one by one). A stream's
     reads hold hundreds of updates and nothing else, and one comprehension over them costs far
-    less than the per-line checks of a reader loop.
+    less than the per-line checks of a reader loop. Readers call it through :meth:`decode_read`.
     """
 
     __slots__ = ("method", "prefix", "handler", "decode", "decode_lines")
+
+    def decode_read(self, lines: list[Any]) -> Any:
+        """:attr:`decode_lines` for the lines of one read, tried only when its first and last
+        lines start with :attr:`prefix` (a read that ends with an answer goes line by line)."""
+        if lines:
+            first, last = lines[0], lines[-1]
+            prefix = self.prefix
+            if type(first) is bytes and type(last) is bytes and first.startswith(prefix) and last.startswith(prefix):
+                return self.decode_lines(lines)
+        return MISS
 
     def __init__(self, method: str, handler: Handler) -> None:
         self.method = method

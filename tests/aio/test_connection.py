@@ -22,6 +22,7 @@ from acp.errors import (
 )
 from acp.schema import ReadTextFileRequest, ReadTextFileResponse
 from tests.helpers.aio_support import WAIT, PullOnly, RawPeer, run, yield_loop
+from tests.helpers.one_go import chunk_line, count_reads_in_one_go, lenient_line
 
 # Every test runs twice: with the transport pushing what it reads (set_receiver, no reader
 # task) and with the connection's reader task awaiting read().
@@ -265,7 +266,7 @@ def test_a_read_of_updates_only_is_handled_in_one_go_in_order_before_the_answer(
     nothing is queued, queued behind an awaitable one of them returned; a failing handler costs
     only its own update; a read it cannot take whole (a lenient update) goes line by line; the
     answer read after them completes last."""
-    from acp import rpc, schema
+    from acp import schema
 
     async def main() -> None:
         conn, peer = _raw()
@@ -299,41 +300,58 @@ def test_a_read_of_updates_only_is_handled_in_one_go_in_order_before_the_answer(
             return None
 
         conn.on_notification("session/update", on_update, schema.SessionNotification)
-        one_pass = conn._endpoint.one_pass
-        assert one_pass is not None
-        one_pass._build()
-        whole = one_pass.decode_lines
-        taken: list[int] = []
-
-        def counting(lines: list[Any]) -> Any:
-            out = whole(lines)
-            if out is not rpc.MISS:
-                taken.append(len(out))
-            return out
-
-        one_pass.decode_lines = counting
+        taken = count_reads_in_one_go(conn._endpoint)
         conn.start()
         waiter = asyncio.ensure_future(conn.request("ping"))
         request = await peer.recv()
-
-        def update(body: dict[str, Any]) -> bytes:
-            return (b'{"jsonrpc":"2.0","method":"session/update","params":'
-                    + json.dumps({"sessionId": "s", "update": body}, separators=(",", ":")).encode() + b"}\n")
-
-        def chunk(text: str) -> bytes:
-            return update({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}})
-
         texts = [str(i) for i in range(100)]
         texts[5], texts[50] = "boom", "slow"
-        lenient = update({"sessionUpdate": "tool_call", "toolCallId": "t", "title": "x", "status": 7})
-        peer.send(*[chunk(t) for t in texts])
+        peer.send(*[chunk_line("s", t) for t in texts])
         await handled(99)
-        peer.send(chunk("a"), lenient, chunk("b"))
+        peer.send(chunk_line("s", "a"), lenient_line("s"), chunk_line("s", "b"))
         await handled(102)
-        peer.send(chunk("c"), _result(request["id"], "pong"))
+        peer.send(chunk_line("s", "c"), _result(request["id"], "pong"))
         assert await asyncio.wait_for(waiter, WAIT) == "pong"
         assert seen == [t for t in texts if t != "boom"] + ["a", "ToolCall", "b", "c"]
         assert sum(taken) == 100  # the first write went the one-go way
+        await conn.close()
+
+    run(main)
+
+
+def test_a_big_line_is_freed_once_handled_not_when_the_next_message_comes() -> None:
+    """The reader (waiting for its next read, or pushed the next bytes) keeps neither the last
+    line nor what was decoded from it alive; nor does the dispatcher."""
+    import gc
+    import os
+    import tracemalloc
+
+    import acp
+
+    async def main() -> None:
+        conn, peer = _raw()
+        got = asyncio.Event()
+
+        async def on_big(params: Any) -> None:  # awaited: the dispatcher's path
+            await asyncio.sleep(0)
+            got.set()
+
+        conn.on_notification("big", on_big)
+        conn.start()
+        await yield_loop()
+        tracemalloc.start()
+        try:
+            before = tracemalloc.take_snapshot()
+            peer.send(b'{"jsonrpc":"2.0","method":"big","params":{"x":"' + b"a" * 4_000_000 + b'"}}\n')
+            await asyncio.wait_for(got.wait(), WAIT)
+            await yield_loop()  # the reader and the dispatcher back in their waits
+            gc.collect()
+            after = tracemalloc.take_snapshot()
+        finally:
+            tracemalloc.stop()
+        sdk = [tracemalloc.Filter(True, os.path.join(os.path.dirname(acp.__file__), "*"), all_frames=True)]
+        kept = [d for d in after.filter_traces(sdk).compare_to(before.filter_traces(sdk), "traceback") if d.size_diff > 1_000_000]
+        assert kept == [], [d.traceback.format()[-2:] for d in kept]
         await conn.close()
 
     run(main)

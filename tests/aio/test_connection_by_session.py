@@ -16,6 +16,7 @@ from acp.aio import connection as aio_connection
 from acp.aio.transport import AsyncTransport, MemoryTransport, memory_pair
 from acp.errors import ConnectionClosedError
 from tests.helpers.aio_support import WAIT, PullOnly, RawPeer, run, yield_loop
+from tests.helpers.one_go import chunk_line, count_reads_in_one_go, lenient_line
 
 # Every test runs twice: the transport pushing what it reads, and the reader task pulling.
 _MODE = ["push"]
@@ -464,9 +465,7 @@ def test_a_read_of_updates_only_goes_to_the_lanes_in_one_go() -> None:
     session's lane typed (behind an awaitable one of them returned, or called at once); a read
     it cannot take whole (a lenient update) goes line by line. Each session keeps its order, a
     failing handler costs only its own update, a request waits for its session's updates."""
-    import json
-
-    from acp import rpc, schema
+    from acp import schema
 
     async def main() -> None:
         conn, peer = _raw()
@@ -488,37 +487,15 @@ def test_a_read_of_updates_only_goes_to_the_lanes_in_one_go() -> None:
 
         conn.on_notification("session/update", on_update, schema.SessionNotification)
         conn.on_request("ping", lambda params, call: {"seen": len(seen.get(params["sessionId"], ()))})
-        one_pass = conn._endpoint.one_pass
-        assert one_pass is not None
-        one_pass._build()
-        whole = one_pass.decode_lines
-        taken: list[int] = []
-
-        def counting(lines: list[Any]) -> Any:
-            out = whole(lines)
-            if out is not rpc.MISS:
-                taken.append(len(out))
-            return out
-
-        one_pass.decode_lines = counting
+        taken = count_reads_in_one_go(conn._endpoint)
         conn.start()
-
-        def update(session: str, body: dict[str, Any]) -> bytes:
-            params = {"sessionId": session, "update": body}
-            return (b'{"jsonrpc":"2.0","method":"session/update","params":'
-                    + json.dumps(params, separators=(",", ":")).encode() + b"}\n")
-
-        def chunk(session: str, text: str) -> bytes:
-            return update(session, {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}})
-
         texts = {"s1": [f"a{i}" for i in range(40)], "s2": [f"b{i}" for i in range(40)]}
         texts["s1"][3], texts["s2"][9] = "a3-slow", "boom"
-        lenient = update("s1", {"sessionUpdate": "tool_call", "toolCallId": "t", "title": "x", "status": 7})
-        peer.send(*[chunk(s, texts[s][i]) for i in range(40) for s in ("s1", "s2")])
+        peer.send(*[chunk_line(s, texts[s][i]) for i in range(40) for s in ("s1", "s2")])
         await yield_loop()
-        peer.send(chunk("s2", "y"), lenient, chunk("s1", "z"))
+        peer.send(chunk_line("s2", "y"), lenient_line("s1"), chunk_line("s1", "z"))
         await yield_loop()
-        peer.send(chunk("s1", "last"), _req(1, "ping", {"sessionId": "s1"}))
+        peer.send(chunk_line("s1", "last"), _req(1, "ping", {"sessionId": "s1"}))
         assert await peer.recv() == _result(1, {"seen": 43})
         assert seen["s1"] == texts["s1"] + ["ToolCall", "z", "last"]
         assert seen["s2"] == [t for t in texts["s2"] if t != "boom"] + ["y"]
