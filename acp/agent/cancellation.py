@@ -74,19 +74,27 @@ class CancelToken:
 
         Returns a function that unregisters it (a no-op once it has run).
         """
-        with self._lock:
-            callbacks = self._callbacks
-            if callbacks is not None:
-                key = next(self._ids)
-                callbacks[key] = callback
-                return lambda: self._remove(key)
+        # acquire/release rather than ``with`` (here and in _remove): ~50 ns less each, and
+        # every call an agent makes to the client in a turn registers and removes one.
+        lock = self._lock
+        lock.acquire()
+        callbacks = self._callbacks
+        if callbacks is not None:
+            key = next(self._ids)
+            callbacks[key] = callback
+            lock.release()
+            return lambda: self._remove(key)
+        lock.release()
         callback()
         return _noop
 
     def _remove(self, key: int) -> None:
-        with self._lock:
-            if self._callbacks is not None:
-                self._callbacks.pop(key, None)
+        lock = self._lock
+        lock.acquire()
+        callbacks = self._callbacks
+        if callbacks is not None:
+            callbacks.pop(key, None)
+        lock.release()
 
 
 def _noop() -> None:

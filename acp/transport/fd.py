@@ -114,19 +114,28 @@ class FdTransport:
 
     def read(self) -> bytes:
         """Block until bytes arrive; return up to 64 KiB, or ``b""`` at EOF / after close."""
-        with self._lock:
+        # acquire/release rather than ``with`` (here and in write): about half the cost, ~50 ns
+        # each time, twice per message.
+        lock = self._lock
+        lock.acquire()
+        try:
             if self._closed or self._eof:
                 return b""
             fd = self._read_fd
             assert fd is not None
             self._readers += 1
+        finally:
+            lock.release()
         try:
             data = self._read_fd_loop(fd)
         finally:
-            with self._lock:
+            lock.acquire()
+            try:
                 self._readers -= 1
                 if self._closed:  # only then may an fd need closing by the last one out
                     self._release_locked()
+            finally:
+                lock.release()
         if not data and not self._closed:
             # Sticky: a tty may deliver data again after ^D, but the protocol stream has ended.
             self._eof = True
@@ -135,12 +144,16 @@ class FdTransport:
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         """Write all of ``data``; ``ConnectionClosedError`` if the peer is gone or we closed."""
-        with self._lock:
+        lock = self._lock
+        lock.acquire()
+        try:
             if self._write_closed or self._closed:
                 raise ConnectionClosedError(f"{self._description}: transport is closed")
             fd = self._write_fd
             assert fd is not None
             self._writers += 1
+        finally:
+            lock.release()
         try:
             self._write_all(fd, data if type(data) is bytes else memoryview(data).cast("B"))
         except OSError as exc:
@@ -148,10 +161,13 @@ class FdTransport:
                 raise ConnectionClosedError(f"{self._description}: peer closed the stream") from exc
             raise
         finally:
-            with self._lock:
+            lock.acquire()
+            try:
                 self._writers -= 1
                 if self._write_closed:
                     self._release_locked()
+            finally:
+                lock.release()
 
     def close_write(self) -> None:
         """Half-close: the peer reads EOF once any write in progress has finished."""
