@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing_extensions import Self
 
-from .connection import ORDERINGS, Ordering
+from .connection import DEFAULT_WAIT_SPIN, ORDERINGS, Ordering
 
-__all__ = ["OrderingOption"]
+__all__ = ["OrderingOption", "WaitSpinOption"]
 
 
 class OrderingOption:
@@ -25,4 +25,21 @@ class OrderingOption:
         if mode not in ORDERINGS:
             raise ValueError(f"ordering: expected one of {ORDERINGS}, got {mode!r}")
         self._ordering = mode
+        return self
+
+
+class WaitSpinOption:
+    """The ``wait_spin(seconds)`` option of a builder (read back as ``_wait_spin``)."""
+
+    _wait_spin: float = DEFAULT_WAIT_SPIN
+
+    def wait_spin(self, seconds: float) -> Self:
+        """How long a blocking call polls for its answer before its thread sleeps (default
+        100 µs; 0: sleep at once). Polling spends that CPU time to save a thread wake-up when
+        the answer comes quickly, which is most of a short round trip's latency; one thread per
+        process polls at a time. The threaded runtime only: ``AsyncAgent`` / ``AsyncClient``
+        await their answers and never poll. See docs/threading.md."""
+        if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or not seconds >= 0:
+            raise ValueError(f"wait_spin: expected 0 or more seconds, got {seconds!r}")
+        self._wait_spin = float(seconds)
         return self

@@ -30,6 +30,13 @@ Deadlock rule: a response to a request sent from inside a notification handler (
 dispatcher) is completed by the reader at once, since the dispatcher is busy with that handler
 and everything queued behind it waits for it.
 
+Waiting callers: a blocking :meth:`Connection.request` first polls for its answer for up to
+``wait_spin`` seconds (100 µs by default), yielding the CPU between looks, and only then sleeps
+on its lock. An answer that comes within that time then costs no thread wake-up on the way back
+(the reader's release finds nobody asleep), which is most of a quick round trip's latency on a
+machine where a wake-up costs tens of µs; the price is that CPU time while waiting. One thread
+per process polls at a time; the others sleep at once.
+
 Backpressure: when the dispatcher falls ``MAX_QUEUED_MESSAGES`` behind (a slow notification
 consumer), the reader stops reading until it is halfway caught up, so the peer's writes block
 instead of this process buffering a burst without bound. The deadlock rule wins: while a
@@ -92,6 +99,8 @@ __all__ = [
 _log = logging.getLogger("acp.connection")
 
 DEFAULT_REQUEST_TIMEOUT = 60.0
+#: How long a blocking request polls for its answer before it sleeps (see the module docstring).
+DEFAULT_WAIT_SPIN = 0.0001
 CANCEL_REQUEST = rpc.CANCEL_REQUEST
 _MISS = rpc.MISS
 #: Messages the reader lets wait for the dispatcher before it stops reading (backpressure).
@@ -246,12 +255,16 @@ class Connection:
         wire_tap: WireTap | str | os.PathLike[str] | None = None,
         name: str = "acp",
         ordering: Ordering = "connection",
+        wait_spin: float = DEFAULT_WAIT_SPIN,
     ) -> None:
         if ordering not in ORDERINGS:
             raise ValueError(f"ordering must be one of {ORDERINGS}, not {ordering!r}")
+        if not wait_spin >= 0:
+            raise ValueError(f"wait_spin must be 0 or more seconds, not {wait_spin!r}")
         self._transport = transport
         self.name = name
         self.request_timeout = request_timeout
+        self.wait_spin = wait_spin
         self._framer = rpc.LineFramer(max_message_bytes)
         # The protocol state, shared by every thread (see the thread contract in acp.rpc.endpoint).
         self._endpoint = ep = rpc.Endpoint(functools.partial(InboundCall, self), name)
@@ -533,7 +546,10 @@ class Connection:
         # Cancelling abandons the call like cancel_request(): the waiter below wakes at once.
         forget = cancel.on_cancel(lambda: self.cancel_request(pending.id)) if cancel is not None else None
         try:
-            if not lock.acquire(timeout=-1 if timeout is None else timeout):
+            # Poll first (see the module docstring), within the timeout; then sleep for the rest.
+            spin = self.wait_spin if timeout is None or self.wait_spin < timeout else timeout
+            spent = _spin_for(lock, spin) if spin else 0.0  # None: it has the answer
+            if spent is not None and not lock.acquire(timeout=-1 if timeout is None else max(0.0, timeout - spent)):
                 if self._endpoint.abandon(pending.id) is not None:
                     self._send_cancel(pending.id)
                     raise RequestTimeoutError(f"{method}: no answer within {timeout} s")
@@ -1511,6 +1527,39 @@ class _Lane(deque[Any]):
     """One session's queued items (``ordering="session"``), oldest first."""
 
     __slots__ = ()
+
+
+# The thread polling for its answer, if any (one per process: pollers would only take the CPU
+# from the threads that produce the answers). Set and cleared without a lock: a race lets two
+# threads poll for a moment, which is harmless.
+_spinner: list[int] = []
+# sched_yield lets the other threads of this CPU run (and releases the GIL); POSIX only.
+_yield_cpu: Callable[[], None] = getattr(os, "sched_yield", None) or (lambda: time.sleep(0))
+
+
+def _spin_for(lock: threading.Lock, seconds: float) -> float | None:
+    """Take ``lock`` (a pre-acquired waiter) by polling it for up to ``seconds``, yielding the
+    CPU (and the GIL) between looks. None once taken; else the seconds spent polling (0.0 when
+    another thread is polling already: this one does not)."""
+    if lock.acquire(False):
+        return None
+    if _spinner:
+        return 0.0
+    _spinner.append(1)
+    try:
+        clock = time.perf_counter
+        start = clock()
+        end = start + seconds
+        yield_cpu = _yield_cpu
+        while True:
+            yield_cpu()
+            if lock.acquire(False):
+                return None
+            now = clock()
+            if now >= end:
+                return now - start
+    finally:
+        _spinner.clear()
 
 
 def _remaining(deadline: float | None) -> float | None:

@@ -9,6 +9,7 @@ import pytest
 
 import acp.schema as S
 from acp.agent import SyncAgent, negotiate_version
+from acp.transport import memory_pair
 
 from .helpers.agent_client import FakeClient
 from .helpers.agent_full import build_agent
@@ -214,3 +215,21 @@ def test_decorator_style_is_equivalent(no_thread_leak: None) -> None:
     bare = SyncAgent.builder()
     bare.on_prompt(prompt)  # bare decorator form
     assert bare.build().spec.handlers["session/prompt"] is prompt
+
+
+def test_wait_spin_reaches_each_connection_and_refuses_negative_seconds(no_thread_leak: None) -> None:
+    from acp.connection import DEFAULT_WAIT_SPIN
+
+    assert SyncAgent.builder().build().spec.wait_spin == DEFAULT_WAIT_SPIN
+    for bad in (-1, float("nan"), True, "1"):
+        with pytest.raises(ValueError, match="wait_spin"):
+            SyncAgent.builder().wait_spin(bad)  # type: ignore[arg-type]
+    agent = SyncAgent.builder().wait_spin(0).build()
+    assert agent.spec.wait_spin == 0
+    ours, theirs = memory_pair()
+    handle = agent.connect(ours)
+    try:
+        assert handle.connection.wait_spin == 0
+    finally:
+        handle.close()
+        theirs.close()

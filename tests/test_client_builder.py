@@ -189,3 +189,19 @@ def test_decorator_style_registers_the_same_handlers(no_thread_leak: None) -> No
     finally:
         client.close()
         side.close()
+
+
+def test_wait_spin_reaches_the_connection_and_refuses_negative_seconds(builder: SyncClientBuilder) -> None:
+    from acp.connection import DEFAULT_WAIT_SPIN
+
+    for bad in (-0.5, float("nan"), False):
+        with pytest.raises(ValueError, match="wait_spin"):
+            builder.wait_spin(bad)
+    ours, theirs = memory_pair()
+    assert builder.transport(ours).config().wait_spin == DEFAULT_WAIT_SPIN
+    client = builder.wait_spin(0.002).build()
+    try:
+        assert client._conn.wait_spin == 0.002
+    finally:
+        client.close()
+        theirs.close()

@@ -6,7 +6,8 @@ from __future__ import annotations
 import gc
 import json
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout  # not the builtin before 3.11
 from typing import Any
@@ -311,6 +312,88 @@ def test_1000_concurrent_requests_from_8_threads(pair: tuple[Connection, Connect
     with ThreadPoolExecutor(8) as pool:
         results = [ok for chunk in pool.map(worker, range(0, 1000, 125)) for ok in chunk]
     assert len(results) == 1000 and all(results)
+
+
+# ---------------------------------------------------------------- polling for an answer (wait_spin)
+
+
+def test_wait_spin_must_be_zero_or_more_seconds() -> None:
+    ours, theirs = memory_pair()
+    try:
+        with pytest.raises(ValueError, match="wait_spin"):
+            Connection(ours, wait_spin=-1)
+        assert Connection(ours, wait_spin=0).wait_spin == 0
+    finally:
+        ours.close()
+        theirs.close()
+
+
+@pytest.fixture
+def polling(no_thread_leak: None) -> Iterator[tuple[Connection, RawPeer]]:
+    """A connection whose blocking requests poll for their answer for up to an hour: any wait
+    in these tests is spent polling, never asleep on the lock."""
+    ours, theirs = memory_pair()
+    conn = Connection(ours, name="polling", request_timeout=WAIT, wait_spin=3600.0)
+    yield conn, RawPeer(theirs)
+    conn.close()
+    theirs.close()
+
+
+def test_a_polling_request_gets_its_answer_and_a_second_waiter_sleeps_meanwhile(polling: tuple[Connection, RawPeer]) -> None:
+    conn, peer = polling
+    conn.start()
+    results: dict[str, Any] = {}
+    threads = [
+        threading.Thread(target=lambda k=k: results.__setitem__(k, conn.request("ask", {"k": k})), name=f"caller-{k}")
+        for k in ("one", "two")
+    ]
+    for thread in threads:
+        thread.start()
+    asked = [peer.recv(), peer.recv()]  # both sent: one thread polls, the other sleeps
+    for msg in reversed(asked):
+        peer.send({"jsonrpc": "2.0", "id": msg["id"], "result": {"k": msg["params"]["k"]}})
+    for thread in threads:
+        thread.join(WAIT)
+    assert results == {"one": {"k": "one"}, "two": {"k": "two"}}
+
+
+def test_a_polling_request_still_times_out_within_its_timeout(polling: tuple[Connection, RawPeer]) -> None:
+    conn, peer = polling
+    conn.start()
+    started = time.monotonic()
+    with pytest.raises(RequestTimeoutError):
+        conn.request("never", timeout=0.2)  # the hour of polling is cut to the timeout
+    assert time.monotonic() - started < WAIT
+    assert peer.recv()["method"] == "never"
+    cancel = peer.recv()
+    assert cancel["method"] == "$/cancel_request"
+
+
+def test_a_polling_request_is_cancelled_at_once(polling: tuple[Connection, RawPeer]) -> None:
+    conn, peer = polling
+    conn.start()
+    fire: list[Callable[[], None]] = []
+
+    class Source:  # a CancelSource fired from the test thread
+        def on_cancel(self, callback: Callable[[], None]) -> Callable[[], None]:
+            fire.append(callback)
+            return lambda: None
+
+    errors: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            conn.request("slow", timeout=None, cancel=Source())
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=call, name="caller")
+    thread.start()
+    assert peer.recv()["method"] == "slow"  # sent: the caller polls now
+    fire[0]()
+    thread.join(WAIT)
+    assert not thread.is_alive()
+    assert [type(e) for e in errors] == [RequestCancelledError]
 
 
 def test_timeout_sends_cancel_request_and_drops_late_answer(pair: tuple[Connection, Connection]) -> None:

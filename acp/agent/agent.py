@@ -64,6 +64,7 @@ class AgentConnection(AgentConnectionBase):
             request_timeout=spec.request_timeout,
             name=name,
             ordering=spec.ordering,
+            wait_spin=spec.wait_spin,
         )
         # Grace periods and prompt deadlines run on the connection's housekeeping thread.
         self._init_state(spec, self.connection)

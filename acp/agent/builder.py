@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, Union, overload
 from typing_extensions import Self
 
 from .. import schema
-from .._options import OrderingOption
+from .._options import OrderingOption, WaitSpinOption
 from ..capabilities import ARCHIVE_METHODS, derive_agent_capabilities
 from .methods import AGENT_HANDLERS
 from .spec import (
@@ -51,7 +51,7 @@ MaybeAwaitable = Union[T, Awaitable[T]]
 """A handler's return: the value, or (on the async builder) an awaitable of it."""
 
 
-class AgentBuilder(OrderingOption, Generic[C, P]):
+class AgentBuilder(OrderingOption, WaitSpinOption, Generic[C, P]):
     """Collects handlers and options (the registration methods of both agent builders);
     a subclass's ``build()`` turns :meth:`_spec` into its runtime's agent."""
 
@@ -515,6 +515,7 @@ class AgentBuilder(OrderingOption, Generic[C, P]):
             executor=self._executor,
             request_timeout=self._request_timeout,
             ordering=self._ordering,
+            wait_spin=self._wait_spin,
             cancel_grace_period=self._grace,
             max_prompt_duration=self._max_prompt,
             close_timeout=self._close_timeout,

@@ -118,7 +118,7 @@ class SyncClient(BlockingCalls, ClientCalls):
         """Internal: use :meth:`builder`. Starts the connection over ``transport`` at once."""
         self._conn: Connection
         self._process = AgentProcess(process) if process is not None else None
-        conn = Connection(transport, **config.connection_options(wire_tap))
+        conn = Connection(transport, **config.connection_options(wire_tap), wait_spin=config.wait_spin)
         self._attach(config, conn, transport, process, owned_tap, TurnTracker())
 
     # ------------------------------------------------------------------ state

@@ -25,7 +25,7 @@ import msgspec
 from typing_extensions import Self
 
 from .. import schema
-from .._options import OrderingOption
+from .._options import OrderingOption, WaitSpinOption
 from ..capabilities import TERMINAL_METHODS, derive_client_capabilities
 from ..connection import DEFAULT_REQUEST_TIMEOUT
 from ..transport._remote import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_OPEN_TIMEOUT, RemoteSpec
@@ -92,7 +92,7 @@ def _default_client_info() -> schema.Implementation:
     return schema.Implementation(name="acp-python", version=__version__)
 
 
-class ClientBuilderBase(OrderingOption):
+class ClientBuilderBase(OrderingOption, WaitSpinOption):
     """Collects a client's transport, handlers and options; a subclass's ``build()`` makes the
     client from :meth:`config`.
 
@@ -584,6 +584,7 @@ class ClientBuilderBase(OrderingOption):
             wire_tap=self._wire_tap,
             unstable=self._unstable,
             name=self._name,
+            wait_spin=self._wait_spin,
         )
 
 
