@@ -281,10 +281,11 @@ class Encoder:
     """Encodes outbound messages as compact, newline-terminated lines.
 
     JSON never contains a raw newline (msgspec escapes control characters in strings), so each
-    encoded message is exactly one line. Thread-safe: it keeps no state between calls, and
-    msgspec's ``Encoder.encode`` builds a new buffer on every call (safe to share across
-    threads since msgspec 0.15, msgspec/msgspec#402; acp requires 0.18), so one Encoder may
-    serve every thread of a connection.
+    encoded message is exactly one line. Thread-safe: its only state is a cache of notification
+    heads that every thread fills with the same bytes, and msgspec's ``Encoder.encode`` builds a
+    new buffer on every call (safe to share across threads since msgspec 0.15,
+    msgspec/msgspec#402; acp requires 0.18), so one Encoder may serve every thread of a
+    connection (``encode_into`` writes only the buffer it is given).
     """
 
     __slots__ = ("_encoder", "_heads")
