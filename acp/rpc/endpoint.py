@@ -14,7 +14,8 @@ The call protocol:
   returns: refusals (unknown method, duplicate id, closing) and the ``-32800`` answer to a
   ``$/cancel_request`` are decided while receiving and wait there. Optionally, a line that
   starts with ``Endpoint.one_pass.prefix`` may first be tried with ``one_pass.decode`` (the
-  streamed updates' envelope and typed params in one decode; :data:`MISS`: use the general path).
+  streamed updates' envelope and typed params in one decode; :data:`MISS`: use the general path),
+  and a whole read's lines with ``one_pass.decode_read``.
 * Sending: :meth:`~Endpoint.register` then :meth:`~Endpoint.request_line` for a request,
   :meth:`~Endpoint.notification_line`, :meth:`~Endpoint.answer` / :meth:`~Endpoint.answer_error`
   for an inbound request; each returns the bytes to write (``answer`` None when the request was
@@ -183,6 +184,14 @@ class OnePass:
 
     __slots__ = ("method", "prefix", "handler", "decode", "decode_lines")
 
+    def __init__(self, method: str, handler: Handler) -> None:
+        self.method = method
+        self.prefix = b'{"jsonrpc":"2.0","method":"' + method.encode() + b'"'
+        self.handler = handler
+        # Replaced by the real decoders on first use (building them costs time).
+        self.decode: Callable[[bytes], Any] = self._first_decode
+        self.decode_lines: Callable[[list[Any]], Any] = self._first_decode_lines
+
     def decode_read(self, lines: list[Any]) -> Any:
         """:attr:`decode_lines` for the lines of one read, tried only when its first and last
         lines start with :attr:`prefix` (a read that ends with an answer goes line by line)."""
@@ -192,14 +201,6 @@ class OnePass:
             if type(first) is bytes and type(last) is bytes and first.startswith(prefix) and last.startswith(prefix):
                 return self.decode_lines(lines)
         return MISS
-
-    def __init__(self, method: str, handler: Handler) -> None:
-        self.method = method
-        self.prefix = b'{"jsonrpc":"2.0","method":"' + method.encode() + b'"'
-        self.handler = handler
-        # Replaced by the real decoders on first use (building them costs time).
-        self.decode: Callable[[bytes], Any] = self._first_decode
-        self.decode_lines: Callable[[list[Any]], Any] = self._first_decode_lines
 
     def _first_decode(self, line: bytes) -> Any:
         self._build()
