@@ -37,7 +37,7 @@ class WaitSpinOption:
         """How long a blocking call polls for its answer before its thread sleeps (default
         100 µs; 0: sleep at once). Polling spends that CPU time to save a thread wake-up when
         the answer comes quickly, which is most of a short round trip's latency; one thread per
-        process polls at a time. The threaded runtime only: ``AsyncAgent`` / ``AsyncClient``
+        process polls at a time, and none on a single CPU. The threaded runtime only: ``AsyncAgent`` / ``AsyncClient``
         await their answers and never poll. See docs/threading.md."""
         if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or not seconds >= 0:
             raise ValueError(f"wait_spin: expected 0 or more seconds, got {seconds!r}")

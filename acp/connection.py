@@ -35,7 +35,7 @@ Waiting callers: a blocking :meth:`Connection.request` first polls for its answe
 on its lock. An answer that comes within that time then costs no thread wake-up on the way back
 (the reader's release finds nobody asleep), which is most of a quick round trip's latency on a
 machine where a wake-up costs tens of µs; the price is that CPU time while waiting. One thread
-per process polls at a time; the others sleep at once.
+per process polls at a time; the others sleep at once. With a single CPU nobody polls.
 
 Backpressure: when the dispatcher falls ``MAX_QUEUED_MESSAGES`` behind (a slow notification
 consumer), the reader stops reading until it is halfway caught up, so the peer's writes block
@@ -548,7 +548,7 @@ class Connection:
         try:
             # Poll first (see the module docstring), within the timeout; then sleep for the rest.
             spin = self.wait_spin if timeout is None or self.wait_spin < timeout else timeout
-            spent = _spin_for(lock, spin) if spin else 0.0  # None: it has the answer
+            spent = _spin_for(lock, spin) if spin and _SEVERAL_CPUS else 0.0  # None: it has the answer
             if spent is not None and not lock.acquire(timeout=-1 if timeout is None else max(0.0, timeout - spent)):
                 if self._endpoint.abandon(pending.id) is not None:
                     self._send_cancel(pending.id)
@@ -1535,6 +1535,18 @@ class _Lane(deque[Any]):
 _spinner: list[int] = []
 # sched_yield lets the other threads of this CPU run (and releases the GIL); POSIX only.
 _yield_cpu: Callable[[], None] = getattr(os, "sched_yield", None) or (lambda: time.sleep(0))
+
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))  # the CPUs this process may run on (Linux)
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+# With one CPU a poller could only delay the thread (or the peer process) that delivers the
+# answer: requests then sleep at once, whatever wait_spin says.
+_SEVERAL_CPUS = _cpus() > 1
 
 
 def _spin_for(lock: threading.Lock, seconds: float) -> float | None:

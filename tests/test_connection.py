@@ -357,6 +357,23 @@ def test_a_polling_request_gets_its_answer_and_a_second_waiter_sleeps_meanwhile(
     assert results == {"one": {"k": "one"}, "two": {"k": "two"}}
 
 
+def test_with_one_cpu_a_request_sleeps_at_once(polling: tuple[Connection, RawPeer], monkeypatch: pytest.MonkeyPatch) -> None:
+    import acp.connection as engine
+
+    polls: list[float] = []
+    monkeypatch.setattr(engine, "_SEVERAL_CPUS", False)
+    monkeypatch.setattr(engine, "_spin_for", lambda lock, seconds: polls.append(seconds))
+    conn, peer = polling
+    conn.start()
+    answer: list[Any] = []
+    thread = threading.Thread(target=lambda: answer.append(conn.request("ask", {})), name="caller")
+    thread.start()
+    peer.send({"jsonrpc": "2.0", "id": peer.recv()["id"], "result": {"ok": True}})
+    thread.join(WAIT)
+    assert answer == [{"ok": True}]
+    assert polls == []  # wait_spin is an hour, but nobody polled
+
+
 def test_a_polling_request_still_times_out_within_its_timeout(polling: tuple[Connection, RawPeer]) -> None:
     conn, peer = polling
     conn.start()
