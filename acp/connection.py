@@ -593,6 +593,8 @@ class Connection:
         ep = self._endpoint
         if ep.eof or ep.closed:
             raise ConnectionClosedError("connection closed")
+        # Two branches, not one with a test on the tapped line: that test measured ~30 ns per
+        # update on the untapped path, which is the one that matters.
         if self._wire_tap is not None:
             line = self._encoder.notification(method, params)
             self._tap("out", line)

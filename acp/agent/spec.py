@@ -42,11 +42,9 @@ class AgentSpec(msgspec.Struct, frozen=True):
     max_prompt_duration: float | None
     close_timeout: float
     unstable: bool
+    wait_spin: float  # the threaded runtime's Connection(wait_spin=...)
     name: str = "acp-agent"
     ordering: Ordering = "connection"
-    # The threaded runtime's Connection(wait_spin=...): acp.connection.DEFAULT_WAIT_SPIN, written out
-    # (the asyncio runtime does not import the threaded engine).
-    wait_spin: float = 0.0001
     extra: dict[str, Any] = msgspec.field(default_factory=dict)
 
     @property

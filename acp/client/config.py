@@ -81,9 +81,7 @@ class ClientConfig(msgspec.Struct, frozen=True):
     wire_tap: WireTap | StrPath | None
     unstable: bool
     name: str
-    # The threaded runtime's Connection(wait_spin=...): acp.connection.DEFAULT_WAIT_SPIN, written out
-    # (the asyncio runtime does not import the threaded engine).
-    wait_spin: float = 0.0001
+    wait_spin: float  # the threaded runtime's Connection(wait_spin=...)
 
     def connection_options(self, wire_tap: WireTap | None) -> dict[str, Any]:
         """The keyword arguments of either runtime's connection."""
