@@ -11,7 +11,8 @@ answers, for either side, "may I call this?" (``supports_…``) or refuses local
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
+
+import msgspec
 
 from . import schema
 from .errors import CapabilityError
@@ -274,8 +275,7 @@ def update_tag(update: object) -> str | None:
     return tag if isinstance(tag, str) else None
 
 
-@dataclass(frozen=True)
-class NegotiatedCapabilities:
+class NegotiatedCapabilities(msgspec.Struct, frozen=True):
     """What both sides declared in ``initialize``: the agent's and the client's capabilities,
     the protocol version in force, and the peers' names.
 
@@ -284,8 +284,8 @@ class NegotiatedCapabilities:
     """
 
     protocol_version: int
-    agent: schema.AgentCapabilities = field(default_factory=schema.AgentCapabilities)
-    client: schema.ClientCapabilities = field(default_factory=schema.ClientCapabilities)
+    agent: schema.AgentCapabilities = msgspec.field(default_factory=schema.AgentCapabilities)
+    client: schema.ClientCapabilities = msgspec.field(default_factory=schema.ClientCapabilities)
     auth_methods: tuple[schema.AuthMethod, ...] = ()
     agent_info: schema.Implementation | None = None
     client_info: schema.Implementation | None = None

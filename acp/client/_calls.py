@@ -249,6 +249,12 @@ class ClientCalls(UnstableMethods):
 
     def _check_params(self, negotiated: NegotiatedCapabilities, method: str, params: Any) -> None:
         """Parameters the agent's capabilities rule out (the spec's MUST NOTs)."""
+        if type(params) is schema.PromptRequest:
+            # Every prompt: only its content blocks can need a capability (no getattr probes).
+            for block in params.prompt:
+                if type(block) is not schema.TextContent:  # always allowed; the common case
+                    self._check_block(negotiated, block)
+            return
         system_prompt = getattr(params, "system_prompt", None)
         if system_prompt is not None:
             self._check_unstable_param(method, "system_prompt")
@@ -267,16 +273,18 @@ class ClientCalls(UnstableMethods):
                 negotiated.require("mcp_http", f"{method} with an HTTP MCP server")
             elif isinstance(server, schema.McpServerSse):
                 negotiated.require("mcp_sse", f"{method} with an SSE MCP server")
-        if isinstance(params, schema.PromptRequest):
+        if isinstance(params, schema.PromptRequest):  # one with fields this SDK does not know
             for block in params.prompt:
-                if type(block) is schema.TextContent:  # always allowed; the common case
-                    continue
-                if isinstance(block, schema.ImageContent):
-                    negotiated.require("image_prompts", "session/prompt with image content")
-                elif isinstance(block, schema.AudioContent):
-                    negotiated.require("audio_prompts", "session/prompt with audio content")
-                elif isinstance(block, schema.EmbeddedResource):
-                    negotiated.require("embedded_context_prompts", "session/prompt with an embedded resource")
+                self._check_block(negotiated, block)
+
+    @staticmethod
+    def _check_block(negotiated: NegotiatedCapabilities, block: Any) -> None:
+        if isinstance(block, schema.ImageContent):
+            negotiated.require("image_prompts", "session/prompt with image content")
+        elif isinstance(block, schema.AudioContent):
+            negotiated.require("audio_prompts", "session/prompt with audio content")
+        elif isinstance(block, schema.EmbeddedResource):
+            negotiated.require("embedded_context_prompts", "session/prompt with an embedded resource")
 
     def _check_unstable_param(self, method: str, name: str) -> None:
         if not self._config.unstable:

@@ -184,7 +184,12 @@ def resolve_fields(obj: msgspec.Struct) -> None:
     """``__post_init__`` of Structs holding a :class:`ResolvedUnion` field: turn the builtins
     msgspec decoded into typed values (a no-op for values that already are)."""
     cls = type(obj)
-    for attr, hint, is_list in _resolved_fields(_EXTRA_OF[cls][0] if cls in _EXTRA_OF else cls):
+    # A generated class is found at once; only a class made for unknown keys (``_extended``)
+    # needs the weak lookup of what it extends (~150 ns, once per message of such a type).
+    fields = _RESOLVED_FIELDS.get(cls)
+    if fields is None:
+        fields = _resolved_fields(_EXTRA_OF[cls][0] if cls in _EXTRA_OF else cls)
+    for attr, hint, is_list in fields:
         value = getattr(obj, attr)
         # An empty list of a list field has nothing to rebuild (session/new's usual
         # mcpServers: []): skipped, ~9 calls less per session/new on each side.
