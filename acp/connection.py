@@ -186,12 +186,19 @@ class InboundCall(rpc.InboundRequest):
 
     def on_cancel(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` when the request is cancelled (at once if it already is)."""
-        with self.connection._state_lock:
-            if not self.is_cancelled:
-                if self._callbacks is None:
-                    self._callbacks = []
-                self._callbacks.append(callback)
-                return
+        # acquire/release and is_cancelled inlined: every prompt turn registers one.
+        lock = self.connection._state_lock
+        lock.acquire()
+        event = self._cancelled
+        if event is None or not event.is_set():
+            callbacks = self._callbacks
+            if callbacks is None:
+                self._callbacks = [callback]
+            else:
+                callbacks.append(callback)
+            lock.release()
+            return
+        lock.release()
         callback()
 
     def answer(self, result: Any) -> bool:

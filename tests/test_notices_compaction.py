@@ -13,6 +13,7 @@ import json
 import sys
 from typing import Any
 
+import msgspec
 import pytest
 
 import acp
@@ -286,3 +287,17 @@ def test_the_scenario_agent_names_its_tool_calls(no_thread_leak: None) -> None:
         client.prompt(client.new_session("/tmp").session_id, "tool_calls")
     names = [u.get("name") for u in wire.updates() if u["sessionUpdate"] == "tool_call"]
     assert names == ["edit_file"]
+
+
+def test_negotiated_capabilities_are_a_frozen_value() -> None:
+    # A msgspec Struct (not a dataclass, for import time): immutable, compared by value, and
+    # copied with changes by msgspec.structs.replace, as docs/reference.md says.
+    caps = acp.NegotiatedCapabilities(protocol_version=1)
+    assert caps == acp.NegotiatedCapabilities(1)
+    assert caps.agent == schema.AgentCapabilities() and caps.client == schema.ClientCapabilities()
+    assert caps.agent is not acp.NegotiatedCapabilities(1).agent  # a default per value, not one shared
+    with pytest.raises(AttributeError):
+        caps.protocol_version = 2  # type: ignore[misc]
+    changed = msgspec.structs.replace(caps, agent=schema.AgentCapabilities(load_session=True))
+    assert changed.supports_load_session() and not caps.supports_load_session()
+    assert "protocol_version=1" in repr(caps)

@@ -102,7 +102,10 @@ class Turn:
         try:
             if self._answered:
                 return False
-            self._set_answered()
+            if self._done is None and self._waiters is None:
+                self._answered = True  # _set_answered() with nobody waiting: once per prompt
+            else:
+                self._set_answered()
         finally:
             lock.release()
         self._ended()
@@ -178,8 +181,9 @@ class Turn:
         self._timers.append(handle)
 
     def _ended(self) -> None:
-        for timer in self._timers:
-            timer.cancel()
+        if self._timers:
+            for timer in self._timers:
+                timer.cancel()
         self._registry._remove(self)
 
 

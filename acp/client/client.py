@@ -10,16 +10,20 @@ for both runtimes, in :mod:`acp.client._calls`; this module performs them on thr
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from .. import schema
 from ..connection import Connection
 from ..errors import ConnectionClosedError
 from ._calls import (
+    DEFAULT,
     SUPPORTED_PROTOCOL_VERSIONS,
     ClientCalls,
     PromptInput,
     UnsupportedProtocolVersionError,
+    _content,
     closed_error,
     next_cursor,
 )
@@ -29,7 +33,6 @@ from ._turns import TurnTracker
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-    from .. import schema
     from ..aio.transport.process import ProcessTransport as AioProcessTransport
     from ..connection import InboundCall, WireTap
     from ..schema import unstable as _u
@@ -46,6 +49,8 @@ __all__ = [
     "SyncClient",
     "UnsupportedProtocolVersionError",
 ]
+
+_log = logging.getLogger("acp.client")
 
 
 class AgentProcess:
@@ -98,6 +103,46 @@ class SyncClient(BlockingCalls, ClientCalls):
 
     # A blocking prompt() cannot be abandoned mid-turn, so a turn is one Send (see _perform).
     _turn_is_one_send = True
+
+    def prompt(
+        self,
+        session_id: str,
+        prompt: PromptInput,
+        *,
+        meta: dict[str, Any] | None = None,
+        timeout: float | None = DEFAULT,
+    ) -> schema.PromptResponse:
+        """``session/prompt``: run one turn until the agent answers.
+
+        ``prompt`` is a string (one text block) or a sequence of content blocks. When this
+        returns, every ``session/update`` the agent sent during the turn has been handled.
+        No timeout unless the builder set ``prompt_timeout`` (or ``timeout`` is given). If the
+        agent goes away mid-turn, :class:`ConnectionClosedError` is raised.
+        """
+        # ClientCalls.prompt performed directly in the common case (initialized, open, no
+        # DEBUG logging): its checks, then the request with the turn counted around it, as
+        # _perform does for a Send with ``turn``. No operation wrapper, plan, Send or effect
+        # dispatch per prompt: 1.7 -> 0.9 us in process. Anything else takes the general plan,
+        # which refuses, explains the closed connection or logs the payloads.
+        request = schema.PromptRequest(session_id=session_id, prompt=_content(prompt), field_meta=meta)
+        if timeout is DEFAULT:
+            timeout = self._config.prompt_timeout
+        negotiated = self._negotiated
+        if negotiated is None or self._closed or self._conn.is_closed or _log.isEnabledFor(logging.DEBUG):
+            return self._run(self._prompt_plan(request, timeout))
+        negotiated.require_agent_method("session/prompt")
+        self._check_params(negotiated, "session/prompt", request)
+        turns = self._turns
+        turns.prompt_started(session_id)
+        try:
+            result: schema.PromptResponse = self._conn.request(
+                "session/prompt", request, schema.PromptResponse, timeout=timeout
+            )
+            return result
+        except ConnectionClosedError as exc:
+            raise self._closed_error("session/prompt") from exc
+        finally:
+            turns.prompt_finished(session_id)
 
     @staticmethod
     def builder() -> SyncClientBuilder:
