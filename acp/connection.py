@@ -124,9 +124,10 @@ WireTap = Callable[[str, bytes], None]
 
 class CancelSource(Protocol):
     """Something that can cancel a blocking call: ``on_cancel(fn)`` runs ``fn`` when it fires
-    (at once if it already has) and returns a function that unregisters ``fn``."""
+    (at once if it already has) and returns a function that unregisters ``fn`` (whatever that
+    function returns is ignored)."""
 
-    def on_cancel(self, callback: Callable[[], None]) -> Callable[[], None]: ...
+    def on_cancel(self, callback: Callable[[], None]) -> Callable[[], object]: ...
 
 _USE_DEFAULT: Any = object()
 

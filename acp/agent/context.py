@@ -30,6 +30,7 @@ from .state import Call, ConnectionState
 from .turns import Turn
 
 if TYPE_CHECKING:
+    from ..connection import Connection
     from ..schema import unstable as _unstable
     from .commands import CommandResult  # imported when a command runs (a dataclass: ~0.4 ms)
 
@@ -388,10 +389,10 @@ class _ContextBase:
         """True once this request (or prompt turn) is cancelled."""
         return self._token.is_cancelled
 
-    def on_cancel(self, callback: Callable[[], None]) -> Callable[[], None]:
+    def on_cancel(self, callback: Callable[[], None]) -> Callable[[], object]:
         """Run ``callback`` on cancellation (at once if already cancelled); it runs where the
         cancel happens (the reader thread, or the event loop), so keep it short. Returns an
-        unregister function."""
+        unregister function (call it with no arguments; ignore what it returns)."""
         return self._token.on_cancel(callback)
 
     def session(self, session_id: str) -> SessionUpdater:
@@ -596,11 +597,27 @@ class PromptContext(_PromptBase, AgentRequestContext):
 
     def read_file(self, path: str, line: int | None = None, limit: int | None = None) -> str:
         """The text of ``path`` (``fs/read_text_file``); raises on failure."""
-        # The steps of _read_file performed directly (one call, nothing to clean up): no
-        # generators to make and resume per read.
+        # ClientProxy._perform(_read_text_file_call()) performed directly: no steps, no call
+        # record, two Python calls less per read (3.9 -> 3.55 us in process). The same checks:
+        # the capability, a turn already cancelled, and a turn cancelled meanwhile abandons the
+        # call. With DEBUG logging the general path logs the payload.
         client = self._client
         request = schema.ReadTextFileRequest(session_id=self.session_id, path=path, line=line, limit=limit)
-        response: schema.ReadTextFileResponse = client._perform(client._read_text_file_call(request))
+        if _log.isEnabledFor(logging.DEBUG):
+            logged: schema.ReadTextFileResponse = client._perform(client._read_text_file_call(request))
+            return logged.content
+        client._state.capabilities.require_client_method("fs/read_text_file")
+        token = client._token if client._cancellable else None
+        if token is not None and token.is_cancelled:
+            raise RequestCancelledError("fs/read_text_file: the prompt turn was cancelled")
+        connection: Connection = client._connection  # type: ignore[assignment]  # the threaded one
+        try:
+            response: schema.ReadTextFileResponse = connection.request(
+                "fs/read_text_file", request, schema.ReadTextFileResponse,
+                timeout=connection.request_timeout, cancel=token,
+            )
+        except RequestCancelledError:
+            raise RequestCancelledError("fs/read_text_file: the prompt turn was cancelled") from None
         return response.content
 
     def try_read_file(self, path: str, line: int | None = None, limit: int | None = None) -> str | None:
