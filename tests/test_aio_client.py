@@ -492,7 +492,7 @@ def test_our_async_client_drives_the_official_python_sdk_agent(no_thread_leak: N
             assert (await client.prompt(session_id, "stream 50")).stop_reason == "end_turn"
             assert texts(seen) == [str(i) for i in range(50)]
             assert (await client.prompt(session_id, "read 3")).stop_reason == "end_turn"
-            assert reads == ["/tmp/acp-bench/file.txt"] * 3
+            assert reads == ["/acp-bench/virtual-1k.txt"] * 3  # benchmarks/peers/_common.READ_PATH
 
     go(main)
 

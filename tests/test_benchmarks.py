@@ -196,3 +196,29 @@ def test_report_yardstick_ratios_and_cpu_rows(tmp_path: Path) -> None:
     report.write_json(tmp_path / "r.json", results, {})
     ratios = json.loads((tmp_path / "r.json").read_text())["scenarios"]["rtt"]["prompts_per_s"]["ratios"]
     assert ratios["ours/yardstick-cork"] == 0.5 and ratios["ours/yardstick-lf"] == 0.625
+
+
+@pytest.mark.parametrize("scenario", ["rtt", "read"])
+def test_our_peers_pair_with_the_yardstick_both_ways(scenario: str) -> None:
+    """The cross pairs of benchmarks/README.md ("Fifth pass"): our client spawns the yardstick's
+    lf agent (ACP_BENCH_AGENT), and the yardstick's client drives our agent; both complete with
+    every read answered with the 1 KiB the other side expects."""
+    if yardstick.missing():
+        pytest.skip(str(yardstick.missing()))
+    where = yardstick.directory()
+    env = dict(os.environ, PROTO_VARIANT="lf", PYTHONDONTWRITEBYTECODE="1")
+    lf_agent = f"{sys.executable} -B {where / 'agent.py'}"
+    ours = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "peers" / "ours_client.py"), scenario, "30"],
+        capture_output=True, text=True, timeout=120, env=dict(env, ACP_BENCH_AGENT=lf_agent),
+    )
+    assert ours.returncode == 0, ours.stderr[-2000:]
+    assert json.loads(ours.stdout.splitlines()[-1])["count"] == 30
+    theirs = subprocess.run(
+        [sys.executable, "-B", str(where / "client.py"), "--scenario", scenario, "--n", "30", "--",
+         sys.executable, str(BENCHMARKS / "peers" / "ours_agent.py")],
+        capture_output=True, text=True, timeout=120, env=env, cwd=str(where),
+    )
+    assert theirs.returncode == 0, theirs.stderr[-2000:]
+    result = json.loads(theirs.stdout.splitlines()[-1])
+    assert result["ok"] is True and result["n"] == 30

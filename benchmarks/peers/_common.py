@@ -7,8 +7,14 @@ and prints one JSON line on stdout: ``{"metrics": {...}, "count": K}`` (K: opera
 which must equal N) or ``{"unavailable": "why"}``. The throughput scenarios also report
 ``client_cpu_us`` and ``agent_cpu_us``: CPU time (user+sys, all threads) each process spent
 over the timed part, per operation (see ``CpuMeter``). The agent is told what to do by the prompt
-text: ``stream N`` (N agent_message_chunk updates), ``read N`` (N fs/read_text_file calls),
+text: ``stream N`` (N agent_message_chunk updates), ``read N PATH`` (N fs/read_text_file calls),
 anything else answers end_turn at once.
+
+``read`` follows the yardstick's contract (../shared/yardstick/benchspec.py: the prompt text,
+the path, the 1 KiB answer), so that a cross pair runs: ``ACP_BENCH_AGENT="cmd ..."`` makes
+``ours_client.py`` / ``conn_client.py`` spawn that agent instead of their own (say the
+yardstick's lf agent), and the yardstick's client drives our agents (see benchmarks/README.md,
+"Fifth pass"). Only the rtt and read scenarios cross: the streamed chunks differ.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import shlex
 import sys
 import threading
 import time
@@ -24,10 +31,16 @@ from typing import Protocol
 
 SCENARIOS = ("rtt", "stream", "read", "sessions", "concurrent", "startup", "memory")
 CONCURRENCY = 8
-READ_PATH = "/tmp/acp-bench/file.txt"  # never opened: the client answers with FILE_CONTENT
-FILE_CONTENT = "x" * 1024
+READ_PATH = "/acp-bench/virtual-1k.txt"  # never opened: the client answers with FILE_CONTENT
+FILE_CONTENT = "0123456789abcdef" * 64  # 1 KiB, the yardstick's answer too
 CWD = "/tmp"
 WARMUP_PROMPTS = 20
+
+
+def agent_command(default: list[str]) -> list[str]:
+    """The agent a client spawns: ``default``, or the command in ``ACP_BENCH_AGENT`` (a cross pair)."""
+    override = os.environ.get("ACP_BENCH_AGENT")
+    return shlex.split(override) if override else default
 
 
 def parse_args() -> tuple[str, int]:
@@ -50,7 +63,7 @@ def agent_reply(text: str) -> tuple[str, int]:
     """What the agent does for a prompt: ("stream" | "read" | "answer", n)."""
     command, _, arg = text.partition(" ")
     if command in ("stream", "read"):
-        return command, int(arg)
+        return command, int(arg.split()[0])  # "read N PATH": the path is READ_PATH
     return "answer", 0
 
 
@@ -200,7 +213,7 @@ def _read(client: SyncBenchClient, n: int) -> tuple[dict[str, float], int]:
     cpu = CpuMeter()
     cpu.start()
     start = time.perf_counter()
-    stop = client.prompt(session_id, f"read {n}")  # the agent answers end_turn iff every read was 1 KiB
+    stop = client.prompt(session_id, f"read {n} {READ_PATH}")  # end_turn iff every read was 1 KiB
     elapsed = time.perf_counter() - start
     metrics = {"reads_per_s": n / elapsed, **cpu.stop(n)}
     return metrics, client.reads if stop == "end_turn" else -1
@@ -339,7 +352,7 @@ class _AsyncDriver:
         cpu = CpuMeter()
         cpu.start()
         start = time.perf_counter()
-        stop = await self.client.prompt(session_id, f"read {n}")
+        stop = await self.client.prompt(session_id, f"read {n} {READ_PATH}")
         elapsed = time.perf_counter() - start
         metrics = {"reads_per_s": n / elapsed, **cpu.stop(n)}
         return metrics, self.client.reads if stop == "end_turn" else -1

@@ -12,6 +12,7 @@ from typing import Any
 from _common import (
     CWD,
     FILE_CONTENT,
+    READ_PATH,
     WARMUP_PROMPTS,
     ChunkCounter,
     CpuMeter,
@@ -72,7 +73,7 @@ async def run(scenario: str, n: int) -> None:
             metrics = {"chunks_per_s": n / (time.perf_counter() - start), **cpu.stop(n)}
             count = chunks.count if stop == "end_turn" and chunks.disorder == 0 else -1
         elif scenario == "read":
-            stop = await prompt(session_id, f"read {n}")
+            stop = await prompt(session_id, f"read {n} {READ_PATH}")
             metrics = {"reads_per_s": n / (time.perf_counter() - start), **cpu.stop(n)}
             count = reads[0] if stop == "end_turn" else -1
         elif scenario == "sessions":

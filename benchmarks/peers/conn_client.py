@@ -6,12 +6,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from _common import CWD, FILE_CONTENT, ChunkCounter, parse_args, run_sync
+from _common import CWD, FILE_CONTENT, ChunkCounter, agent_command, parse_args, run_sync
 
 from acp.connection import Connection, InboundCall
 from acp.transport import ProcessTransport
 
-AGENT = [sys.executable, str(Path(__file__).with_name("conn_agent.py"))]
+AGENT = agent_command([sys.executable, str(Path(__file__).with_name("conn_agent.py"))])
 
 
 class ConnClient:

@@ -8,12 +8,20 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from _common import CWD, FILE_CONTENT, ChunkCounter, parse_args, run_sync, unavailable
+from _common import (
+    CWD,
+    FILE_CONTENT,
+    ChunkCounter,
+    agent_command,
+    parse_args,
+    run_sync,
+    unavailable,
+)
 
 import acp
 from acp import schema
 
-AGENT = [sys.executable, str(Path(__file__).with_name("ours_agent.py"))]
+AGENT = agent_command([sys.executable, str(Path(__file__).with_name("ours_agent.py"))])
 # "session" for the ours-session rows (ours_session_client.py); the agent reads it too.
 ORDERING: Any = os.environ.get("ACP_BENCH_ORDERING", "connection")
 
