@@ -63,6 +63,46 @@ def test_send_message_meta_goes_out_as_the_chunks_meta(no_thread_leak: None) -> 
         agent.close()
 
 
+@pytest.mark.parametrize("session_id", ["s", "", 'q"uo\\te', "sëssion ✓"])
+@pytest.mark.parametrize("text", ["", "plain", 'a "quoted"\n\ttext\\', "ünïcødé ✓ 😀", "\x00\x1f"])
+def test_a_plain_text_chunk_goes_out_as_the_bytes_its_structs_encode_to(session_id: str, text: str) -> None:
+    # send_message's plain-text chunk skips the Structs: its params are a per-session frame
+    # around the encoded text, and must be byte for byte what the Structs encode to.
+    from acp.agent import context
+
+    frame = context._CHUNK_FRAMES.get(session_id) or context._chunk_frame(session_id)
+    expected = schema.encode(
+        schema.SessionNotification(session_id=session_id, update=schema.AgentMessageChunk(content=schema.TextContent(text=text)))
+    )
+    assert frame[0] + schema.encode(text) + frame[1] == expected
+
+
+def test_a_text_that_cannot_be_encoded_fails_the_send_and_nothing_goes_out(no_thread_leak: None) -> None:
+    failures: list[type[BaseException]] = []
+
+    def prompt(request: Any, ctx: Any) -> None:
+        try:
+            ctx.send_message("lone \ud800 surrogate")
+        except UnicodeEncodeError as exc:
+            failures.append(type(exc))
+        ctx.send_message("after")
+
+    agent = (SyncAgent.builder()
+             .new_session_handler(lambda request, ctx: schema.NewSessionResponse(session_id="s"))
+             .prompt_handler(prompt)
+             .build())
+    client = FakeClient(agent.serve_in_process())
+    try:
+        client.initialize()
+        sid = client.new_session()
+        assert client.prompt(sid, "go") == {"stopReason": "end_turn"}
+        assert failures == [UnicodeEncodeError]  # as encoding the Structs raises
+        assert client.texts(sid) == ["after"]
+    finally:
+        client.close()
+        agent.close()
+
+
 def test_tool_calls_and_plan(served: Any) -> None:
     client, _, _ = served
     sid = client.new_session()
