@@ -303,7 +303,7 @@ class Connection:
         # Leader/follower needs threads we own: a user's executor only ever runs handlers.
         self._leader_follower = self._own_executor
 
-        # Guards the runtime's own state: cancel events and callbacks, _running, close().
+        # Guards the runtime's own state: cancel events and callbacks, close() (and _idle, its condition).
         self._state_lock = threading.Lock()
 
         self._queue: SimpleQueue[list[Any] | None] = SimpleQueue()
@@ -333,7 +333,9 @@ class Connection:
         self._timer_seq = itertools.count()
 
         self._started = False
-        self._running = 0  # request handlers running (guarded by _state_lock)
+        # One item per request handler started and not finished: deque.append and pop are
+        # atomic, so counting costs no lock (two lock rounds less per inbound request).
+        self._running: deque[None] = deque()
         self._idle = threading.Condition(self._state_lock)
         self._idle_waiters = 0  # threads in wait_closed / graceful close (guarded by the lock)
         self._drained = threading.Event()  # dispatcher finished the queue after EOF/close
@@ -445,7 +447,7 @@ class Connection:
         with self._idle:
             self._idle_waiters += 1
             try:
-                return self._idle.wait_for(lambda: self._running == 0, timeout)
+                return self._idle.wait_for(lambda: not self._running, timeout)
             finally:
                 self._idle_waiters -= 1
 
@@ -474,7 +476,7 @@ class Connection:
             with self._idle:
                 self._idle_waiters += 1
                 try:
-                    self._idle.wait_for(lambda: self._running == 0, _remaining(deadline))
+                    self._idle.wait_for(lambda: not self._running, _remaining(deadline))
                 finally:
                     self._idle_waiters -= 1
             self._flush()
@@ -1048,10 +1050,7 @@ class Connection:
             if start is None:
                 self._write_decided()  # refused
                 return
-            lock = self._state_lock  # acquire/release rather than ``with``: ~50 ns less, per request
-            lock.acquire()
-            self._running += 1
-            lock.release()
+            self._running.append(None)
             if free:
                 starts.append(start)
             else:
@@ -1173,8 +1172,7 @@ class Connection:
             if start is None:
                 self._write_decided()
                 return
-            with self._state_lock:
-                self._running += 1
+            self._running.append(None)
             arrivals.append((rpc.session_id_of(msg.params), start))
         else:
             assert isinstance(msg, rpc.Invalid)
@@ -1488,11 +1486,12 @@ class Connection:
             self._handler_done()
 
     def _handler_done(self) -> None:
-        # The condition's own lock, taken directly: Condition.__enter__/__exit__ are two
-        # Python calls, once per inbound request.
-        with self._state_lock:
-            self._running -= 1
-            if self._running == 0 and self._idle_waiters:
+        running = self._running
+        running.pop()
+        # A waiter registers (under the lock) before it looks at the count, and this looks at
+        # the waiters after the pop: one of the two sees the other, so no wake-up is lost.
+        if not running and self._idle_waiters:
+            with self._idle:
                 self._idle.notify_all()
 
     def _run_close_callbacks(self) -> None:
