@@ -193,6 +193,8 @@ class AsyncClient(AwaitableCalls, ClientCalls):
         error: ConnectionClosedError = await process.closed_error(method, timeout=1.0)
         return error
 
+    _handlers_inline = False  # a handler is awaited on the loop or run on the executor
+
     def _call_view(self, call: AsyncInboundCall) -> _ThreadSafeCall:
         return _ThreadSafeCall(call)
 

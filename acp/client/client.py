@@ -207,6 +207,9 @@ class SyncClient(BlockingCalls, ClientCalls):
         error: ConnectionClosedError = process.closed_error(method, timeout=1.0)
         return error
 
+    #: Request handlers run where the engine calls their adapter (see _settle, _call_view).
+    _handlers_inline = True
+
     def _call_view(self, call: InboundCall) -> InboundCall:
         return call  # its cancelled is already a threading.Event
 
