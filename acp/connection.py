@@ -237,6 +237,14 @@ def _cancel_all(calls: Iterable[rpc.InboundRequest]) -> None:
         cast(InboundCall, call)._cancel()
 
 
+class _ThreadFlags(threading.local):
+    """Per-thread flags of a connection. The default is a class attribute: reading a flag
+    never set on this thread costs no AttributeError (getattr with a default: ~310 ns, this
+    ~45, once per outbound request)."""
+
+    serial = False  # True on the threads that run notification handlers (the deadlock rule)
+
+
 class Connection:
     """A JSON-RPC connection over a :class:`~acp.transport.Transport`, with blocking calls.
 
@@ -315,7 +323,7 @@ class Connection:
         self._backlog = threading.Condition(threading.Lock())
         self._reader_held = False  # the reader waits for the backlog to shrink
         self._dispatcher_asked = False  # a notification handler made a request (dispatcher only)
-        self._tls = threading.local()  # .serial is True inside a notification handler
+        self._tls = _ThreadFlags()  # .serial is True inside a notification handler
 
         self._write_lock = threading.Lock()
         self._wbuf = bytearray()  # batched notifications, encoded lines (under _write_lock)
@@ -640,7 +648,7 @@ class Connection:
             self._unpark(threading.get_ident())
         if not self._started:
             raise ConnectionClosedError("connection not started")
-        serial = getattr(self._tls, "serial", False)
+        serial = self._tls.serial
         pending = self._endpoint.register(method, result_type, waiter, serial)
         if serial:
             # A notification handler (on the dispatcher) will wait for this answer: the reader
