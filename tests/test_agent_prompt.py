@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -34,13 +35,9 @@ def test_stream_answers_after_every_update(served: Any) -> None:
     assert client.texts(sid) == [f"chunk {i}" for i in range(50)]
 
 
-def test_send_message_meta_goes_out_as_the_chunks_meta(no_thread_leak: None) -> None:
-    def prompt(request: Any, ctx: Any) -> None:
-        ctx.send_message("traced", meta={"trace": {"id": "t-1"}, "n": 1})
-        ctx.send_message("plain")
-        ctx.send_thought("hmm", meta={"k": 1})
-        ctx.send_user_message("again", meta={"k": 2})
-
+@contextmanager
+def _one_turn(prompt: Any) -> Iterator[tuple[FakeClient, str]]:
+    """An agent with this prompt handler, in process, after one prompt ("go") ended the turn."""
     agent = (SyncAgent.builder()
              .new_session_handler(lambda request, ctx: schema.NewSessionResponse(session_id="s"))
              .prompt_handler(prompt)
@@ -50,6 +47,20 @@ def test_send_message_meta_goes_out_as_the_chunks_meta(no_thread_leak: None) -> 
         client.initialize()
         sid = client.new_session()
         assert client.prompt(sid, "go") == {"stopReason": "end_turn"}
+        yield client, sid
+    finally:
+        client.close()
+        agent.close()
+
+
+def test_send_message_meta_goes_out_as_the_chunks_meta(no_thread_leak: None) -> None:
+    def prompt(request: Any, ctx: Any) -> None:
+        ctx.send_message("traced", meta={"trace": {"id": "t-1"}, "n": 1})
+        ctx.send_message("plain")
+        ctx.send_thought("hmm", meta={"k": 1})
+        ctx.send_user_message("again", meta={"k": 2})
+
+    with _one_turn(prompt) as (client, _):
         # What the client decoded from the wire: `_meta` on the first chunk, none on the second.
         assert [u["update"] for u in client.updates] == [
             {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "traced"},
@@ -58,9 +69,6 @@ def test_send_message_meta_goes_out_as_the_chunks_meta(no_thread_leak: None) -> 
             {"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": "hmm"}, "_meta": {"k": 1}},
             {"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": "again"}, "_meta": {"k": 2}},
         ]
-    finally:
-        client.close()
-        agent.close()
 
 
 @pytest.mark.parametrize("session_id", ["s", "", 'q"uo\\te', "sëssion ✓"])
@@ -87,20 +95,9 @@ def test_a_text_that_cannot_be_encoded_fails_the_send_and_nothing_goes_out(no_th
             failures.append(type(exc))
         ctx.send_message("after")
 
-    agent = (SyncAgent.builder()
-             .new_session_handler(lambda request, ctx: schema.NewSessionResponse(session_id="s"))
-             .prompt_handler(prompt)
-             .build())
-    client = FakeClient(agent.serve_in_process())
-    try:
-        client.initialize()
-        sid = client.new_session()
-        assert client.prompt(sid, "go") == {"stopReason": "end_turn"}
+    with _one_turn(prompt) as (client, sid):
         assert failures == [UnicodeEncodeError]  # as encoding the Structs raises
         assert client.texts(sid) == ["after"]
-    finally:
-        client.close()
-        agent.close()
 
 
 def test_tool_calls_and_plan(served: Any) -> None:
