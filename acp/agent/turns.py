@@ -102,10 +102,7 @@ class Turn:
         try:
             if self._answered:
                 return False
-            if self._done is None and self._waiters is None:
-                self._answered = True  # _set_answered() with nobody waiting: once per prompt
-            else:
-                self._set_answered()
+            self._set_answered()
         finally:
             lock.release()
         self._ended()
@@ -172,9 +169,11 @@ class Turn:
         self._answered = True
         if self._done is not None:
             self._done.set()
-        waiters, self._waiters = self._waiters, None
-        for callback in waiters or ():
-            callback()  # (the asyncio runtime's: it only resolves a future)
+        waiters = self._waiters
+        if waiters is not None:  # nobody waits, in most turns: no swap, no loop
+            self._waiters = None
+            for callback in waiters:
+                callback()  # (the asyncio runtime's: it only resolves a future)
 
     def add_timer(self, handle: TimerHandle) -> None:
         """Cancel ``handle`` when the turn ends (its grace or deadline timer)."""
