@@ -8,14 +8,21 @@ transcript, one JSON object per line: ``{"t": <seconds since the tap opened>, "d
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
+from collections.abc import Callable, Iterable
 from typing import IO, Any
 
 import msgspec
 
-__all__ = ["JsonlWireTap", "encode_entry"]
+_log = logging.getLogger("acp.wiretap")
+
+__all__ = ["JsonlWireTap", "WireTap", "encode_entry", "open_tap", "tap_lines"]
+
+WireTap = Callable[[str, bytes], None]
+"""Receives ("in" | "out", line) for every line, for debugging."""
 
 
 class _Entry(msgspec.Struct, omit_defaults=True):
@@ -72,3 +79,27 @@ class JsonlWireTap:
 
     def __exit__(self, *exc_info: Any) -> None:
         self.close()
+
+
+def open_tap(
+    wire_tap: WireTap | str | os.PathLike[str] | None,
+) -> tuple[WireTap | None, Callable[[], None] | None]:
+    """A connection's ``wire_tap=`` option as a tap, and the close function of the file it
+    opened (a path names a :class:`JsonlWireTap` the connection owns; None otherwise)."""
+    if isinstance(wire_tap, (str, os.PathLike)):
+        tap = JsonlWireTap(wire_tap)
+        return tap, tap.close
+    return wire_tap, None
+
+
+def tap_lines(tap: WireTap, direction: str, data: bytes | Iterable[Any]) -> None:
+    """Hand ``tap`` each line of ``data``: written bytes (whole lines, each ending with a
+    newline) or the items a framer read (lines; anything else is skipped). A failing tap is
+    logged and never stops the connection."""
+    lines = data.split(b"\n")[:-1] if isinstance(data, bytes) else data
+    for line in lines:
+        if type(line) is bytes:
+            try:
+                tap(direction, line)
+            except Exception:
+                _log.exception("wire tap failed")

@@ -16,11 +16,12 @@ import argparse
 import datetime
 import os
 import platform
+import shutil
 import sys
 import time
 from pathlib import Path
 
-from acpbench import installed, measure, official_venv, report, yardstick
+from acpbench import installed, measure, official_venv, pinning, report, yardstick
 from acpbench.implementations import BY_NAME as IMPLEMENTATIONS
 from acpbench.scenarios import BY_NAME as SCENARIOS
 from acpbench.scenarios import Scenario
@@ -44,6 +45,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--baseline", metavar="REF",
                         help="also measure SyncAgent/SyncClient as of git commit REF (installed non-editable in "
                              "benchmarks/.venv-baseline), as the ours-baseline rows with an ours/ours-baseline ratio")
+    parser.add_argument("--cpus", metavar="LIST",
+                        help="run every client and its agent under `taskset -c LIST` (e.g. 0: both processes "
+                             "on one CPU, where a thread wake-up cannot hide Python work)")
     parser.add_argument("--json", type=Path, default=RESULTS, help=f"where to write the results ({RESULTS})")
     return parser.parse_args()
 
@@ -68,6 +72,10 @@ def main() -> None:
         installed.ensure()
         if args.setup_only:
             return
+    if args.cpus:
+        if shutil.which("taskset") is None:
+            sys.exit("--cpus needs taskset (util-linux)")
+        pinning.PIN[:] = ["taskset", "-c", args.cpus]
     scenarios = [SCENARIOS[name] for name in args.only] if args.only else list(SCENARIOS.values())
     if args.baseline:
         installed.ensure_baseline(args.baseline)
@@ -99,6 +107,7 @@ def main() -> None:
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
+        "pinned": args.cpus,
         "runs": runs,
         "quick": args.quick,
         "official_sdk": official_venv.version(),
@@ -112,7 +121,8 @@ def main() -> None:
         "elapsed_s": round(elapsed, 1),
     }
     report.write_json(args.json, results, meta)
-    print(f"\n{runs} interleaved run(s) in {elapsed:.0f} s; medians shown; ours ran on the {installed.describe()}; "
+    pin = f"; every process pinned to CPU(s) {args.cpus}" if args.cpus else ""
+    print(f"\n{runs} interleaved run(s) in {elapsed:.0f} s{pin}; medians shown; ours ran on the {installed.describe()}; "
           f"JSON: {args.json}")
     if results.errors:
         sys.exit(1)

@@ -152,7 +152,7 @@ def test_session_ordering_keeps_each_sessions_order(no_thread_leak: None) -> Non
             done = await asyncio.gather(*(rec.prompt(s, f"stream {n}") for s in sessions))
             assert done == [n] * 4  # each turn's own updates were all handled when it returned
             # Every lane ended with its work: idle sessions hold no task.
-            assert not client._conn._sessions.lanes
+            assert not client._conn._sched.lanes
         for s in sessions:
             assert rec.chunks[s] == [str(i) for i in range(n)]
 

@@ -756,7 +756,7 @@ def test_slow_consumer_under_a_burst(no_thread_leak: None, monkeypatch: pytest.M
     hold = Connection._hold_reading
 
     def spy(conn: Connection) -> None:
-        backlog_when_held.append(conn._queued_in - conn._queued_out)
+        backlog_when_held.append(conn._sched.queued)
         held.set()
         hold(conn)
 

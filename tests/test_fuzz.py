@@ -802,7 +802,7 @@ def test_unencodable_params_leave_nothing_pending(engine: tuple[Connection, RawP
         conn.request("echo", {"x": object()})
     with pytest.raises(TypeError):
         conn.request_future("echo", {"x": object()})
-    assert conn._pending == {}
+    assert conn._sched.endpoint.pending == {}
     _alive(conn, peer)
 
 

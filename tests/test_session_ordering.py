@@ -218,7 +218,7 @@ def test_session_ordering_a_read_of_updates_only_goes_to_the_lanes_in_one_go(no_
 
     conn.on_notification("session/update", on_update, schema.SessionNotification)
     conn.on_request("ping", lambda params, call: {"seen": len(seen.get(params["sessionId"], ()))})
-    taken = count_reads_in_one_go(conn._endpoint)
+    taken = count_reads_in_one_go(conn._sched.endpoint)
     try:
         conn.start()
         texts = {"s1": [f"a{i}" for i in range(60)], "s2": [f"b{i}" for i in range(60)]}
@@ -281,11 +281,9 @@ def test_session_ordering_a_request_waits_only_for_its_own_session(session_pair:
     assert session_less.result(WAIT) == {}
 
 
-def test_session_ordering_backpressure_holds_the_reader(session_pair: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    import acp.connection as engine
-
-    monkeypatch.setattr(engine, "MAX_QUEUED_MESSAGES", 100)
+def test_session_ordering_backpressure_holds_the_reader(session_pair: Any) -> None:
     a, b = session_pair
+    a._sched.max_queued = 100  # the scheduler's threshold, small
     release = threading.Event()
     held = threading.Event()
     seen: dict[str, list[int]] = {"x": [], "y": []}

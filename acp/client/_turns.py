@@ -34,9 +34,7 @@ def answer_early(call: Any, result: object) -> None:
     any moment, and its answer must not be the one that goes out. The engine sends exactly one
     answer per call (the first), so the handler's late answer is dropped.
     """
-    # The engine has no public "answer this call from outside its handler" yet; this is the
-    # only place the client reaches into it.
-    call.connection._answer(call, result)
+    call.answer(result)
     call._cancel()
 
 

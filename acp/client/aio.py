@@ -40,9 +40,8 @@ if TYPE_CHECKING:
     from .. import schema
     from ..aio.transport import AsyncTransport
     from ..aio.transport.process import ProcessTransport
-    from ..connection import WireTap
     from ..schema import unstable as _u
-    from ..wiretap import JsonlWireTap
+    from ..wiretap import JsonlWireTap, WireTap
     from .config import ClientConfig
 
 __all__ = ["AsyncAgentProcess", "AsyncClient", "AsyncClientBuilder"]

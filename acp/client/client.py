@@ -34,11 +34,11 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
     from ..aio.transport.process import ProcessTransport as AioProcessTransport
-    from ..connection import InboundCall, WireTap
+    from ..connection import InboundCall
     from ..schema import unstable as _u
     from ..transport.base import Transport
     from ..transport.process import ProcessTransport
-    from ..wiretap import JsonlWireTap
+    from ..wiretap import JsonlWireTap, WireTap
     from .builder import SyncClientBuilder
     from .config import ClientConfig
 

@@ -19,8 +19,8 @@ import msgspec
 from .. import schema
 
 if TYPE_CHECKING:
-    from ..connection import Ordering, WireTap
-    from ..wiretap import JsonlWireTap
+    from ..connection import Ordering
+    from ..wiretap import JsonlWireTap, WireTap
 
 __all__ = ["ClientConfig", "HandlerSet", "ProcessSpec", "StrPath"]
 

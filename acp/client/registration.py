@@ -35,8 +35,8 @@ from .context import ClientRequestContext
 if TYPE_CHECKING:
     from http.cookiejar import CookieJar
 
-    from ..connection import WireTap
     from ..schema import unstable as _u
+    from ..wiretap import WireTap
     from .settings import AgentSettings
 
 __all__ = ["ClientBuilderBase", "TerminalHandlers", "is_async"]

@@ -1,29 +1,32 @@
-"""Sans-I/O JSON-RPC 2.0 for ACP: line framing, envelopes and the session core
-(:class:`Endpoint`). No threads, no asyncio, no sockets, no clock.
+"""Sans-I/O JSON-RPC 2.0 for ACP: line framing, envelopes, the message state (:class:`Endpoint`)
+and every rule about when things happen (:class:`Scheduler`). No threads, no asyncio, no
+sockets, no clock.
 
 This layer imports only :mod:`acp.errors`, msgspec and (lazily, to decode typed payloads)
-:mod:`acp.schema`; the runtimes (``acp.connection``, ``acp.aio``) drive it.
+:mod:`acp.schema`; the runtimes (``acp.connection`` with threads, ``acp.aio`` with tasks) drive
+it, the way python-websockets wraps its sans-I/O ``protocol.py`` in ``sync/`` and ``asyncio/``.
 """
 
 from .endpoint import (
-    ANY_DECODER,
     CANCEL_REQUEST,
-    HOT_NOTIFICATION,
-    MISS,
-    ORDERINGS,
     UNDECODED,
-    Decoded,
     Endpoint,
-    Handler,
     InboundRequest,
-    OnePass,
-    Ordering,
     Pending,
     ResponseLike,
     Start,
-    decoder_for,
 )
 from .framing import DEFAULT_MAX_LINE_BYTES, LineFramer, LineTooLong
+from .handlers import (
+    ANY_DECODER,
+    HOT_NOTIFICATION,
+    MISS,
+    Decoded,
+    Handler,
+    OnePass,
+    Updates,
+    decoder_for,
+)
 from .messages import (
     NO_PARAMS,
     Encoder,
@@ -40,6 +43,7 @@ from .messages import (
     session_id_of,
     session_of_params,
 )
+from .scheduler import ORDERINGS, Ordering, Routed, Scheduler
 
 __all__ = [
     "ANY_DECODER",
@@ -56,7 +60,10 @@ __all__ = [
     "Ordering",
     "Pending",
     "ResponseLike",
+    "Routed",
+    "Scheduler",
     "Start",
+    "Updates",
     "decoder_for",
     "DEFAULT_MAX_LINE_BYTES",
     "LineFramer",

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from . import yardstick
 from .implementations import Implementation
+from .pinning import pinned
 from .scenarios import Scenario
 
 CLIENT_TIMEOUT = 300.0
@@ -46,7 +47,7 @@ def run_client(impl: Implementation, scenario: Scenario, n: int) -> Outcome:
     argv = [str(impl.python), str(impl.client), scenario.name, str(n)]
     try:
         proc = subprocess.run(
-            argv, capture_output=True, text=True, env=child_env(), cwd=tempfile.gettempdir(),
+            pinned(argv), capture_output=True, text=True, env=child_env(), cwd=tempfile.gettempdir(),
             timeout=CLIENT_TIMEOUT,
         )
     except subprocess.TimeoutExpired:

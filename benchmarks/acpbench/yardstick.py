@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 
 from . import installed
+from .pinning import pinned
 from .scenarios import Scenario
 
 # ../shared/yardstick next to the project root; ACP_YARDSTICK points elsewhere (or nowhere)
@@ -93,7 +94,7 @@ def run(preset: str, scenario: Scenario, n: int, env: dict[str, str]) -> tuple[d
     The preset goes in PROTO_VARIANT, which the client's engine reads and its agent inherits.
     """
     try:
-        proc = subprocess.run(command(preset, scenario.name, n), capture_output=True, text=True,
+        proc = subprocess.run(pinned(command(preset, scenario.name, n)), capture_output=True, text=True,
                               env=_env(env, preset), cwd=tempfile.gettempdir(), timeout=TIMEOUT)
     except subprocess.TimeoutExpired:
         return {}, f"timed out after {TIMEOUT:.0f} s"

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+import acp.rpc.scheduler as rpc_scheduler
 from acp.aio import AsyncConnection, AsyncInboundCall
 from acp.aio import connection as aio_connection
 from acp.aio.transport import AsyncTransport, MemoryTransport, memory_pair
@@ -300,7 +301,7 @@ def test_a_read_of_updates_only_is_handled_in_one_go_in_order_before_the_answer(
             return None
 
         conn.on_notification("session/update", on_update, schema.SessionNotification)
-        taken = count_reads_in_one_go(conn._endpoint)
+        taken = count_reads_in_one_go(conn._sched.endpoint)
         conn.start()
         waiter = asyncio.ensure_future(conn.request("ping"))
         request = await peer.recv()
@@ -777,7 +778,7 @@ def test_async_with_and_call_later() -> None:
 
 
 def test_reader_pauses_while_the_queue_is_full_then_resumes(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(aio_connection, "MAX_QUEUED_MESSAGES", 10)
+    monkeypatch.setattr(rpc_scheduler, "MAX_QUEUED_MESSAGES", 10)
 
     async def main() -> None:
         conn, peer = _raw()
@@ -806,7 +807,7 @@ def test_reader_pauses_while_the_queue_is_full_then_resumes(monkeypatch: pytest.
 
 
 def test_reader_keeps_reading_while_a_notification_handler_awaits_an_answer(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(aio_connection, "MAX_QUEUED_MESSAGES", 4)
+    monkeypatch.setattr(rpc_scheduler, "MAX_QUEUED_MESSAGES", 4)
 
     async def main() -> None:
         conn, peer = _raw()
@@ -927,7 +928,7 @@ def test_requests_refused_locally() -> None:
         conn.start()
         with pytest.raises(TypeError):
             await conn.request("m", {"bad": object()})
-        assert not conn._endpoint.pending  # nothing left waiting
+        assert not conn._sched.endpoint.pending  # nothing left waiting
         await conn.close()
 
     run(main)
@@ -1156,7 +1157,7 @@ def test_timeouts_of_several_durations_each_expire_on_time() -> None:
         assert cancels == ids[1:]  # every short call, in order; not the long one
         peer.send(_result(ids[0], "long done"))
         assert await long_call == "long done"
-        assert all(not entries for entries in conn._timeouts.values())
+        assert conn._sched.next_deadline() is None
         await conn.close()
 
     run(main)

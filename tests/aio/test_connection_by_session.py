@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+import acp.rpc.scheduler as rpc_scheduler
 from acp.aio import AsyncConnection, AsyncInboundCall
 from acp.aio import connection as aio_connection
 from acp.aio.transport import AsyncTransport, MemoryTransport, memory_pair
@@ -98,7 +99,7 @@ def test_a_slow_session_does_not_hold_up_another_and_keeps_its_own_order() -> No
         await _until(lambda: len(seen) == 10)
         assert [i for s, i in seen if s == "slow"] == list(range(5))
         await _until(lambda: not conn._lane_tasks)  # both lanes ended with their work
-        assert not conn._sessions.lanes
+        assert not conn._sched.lanes
         await conn.close()
 
     run(main)
@@ -261,7 +262,7 @@ def test_only_awaited_notification_handlers_run_marked_serial() -> None:
 
 
 def test_backpressure_holds_the_reader_while_every_lane_is_behind(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(aio_connection, "MAX_QUEUED_MESSAGES", 10)
+    monkeypatch.setattr(rpc_scheduler, "MAX_QUEUED_MESSAGES", 10)
 
     async def main() -> None:
         conn, peer = _raw()
@@ -280,7 +281,7 @@ def test_backpressure_holds_the_reader_while_every_lane_is_behind(monkeypatch: p
         peer.send(_req(1, "echo", ["after"]))  # session-less: after every chunk
         await yield_loop()
         assert conn._transport.buffered > 0  # type: ignore[attr-defined]  # the reader stopped reading
-        assert len(conn._sessions) == 30  # what backpressure counts: every chunk of both lanes
+        assert conn._sched.queued == 30  # what backpressure counts: every chunk of both lanes
         release.set()
         assert await peer.recv() == _result(1, ["after"])
         assert seen == {"x": list(range(0, 30, 2)), "y": list(range(1, 30, 2))}
@@ -292,7 +293,7 @@ def test_backpressure_holds_the_reader_while_every_lane_is_behind(monkeypatch: p
 def test_the_reader_keeps_reading_while_a_lane_awaits_an_answer(monkeypatch: pytest.MonkeyPatch) -> None:
     # x's first handler awaits an answer that only the reader can bring in, behind a full
     # backlog; another lane finishing handlers meanwhile must not let the reader be held.
-    monkeypatch.setattr(aio_connection, "MAX_QUEUED_MESSAGES", 10)
+    monkeypatch.setattr(rpc_scheduler, "MAX_QUEUED_MESSAGES", 10)
 
     async def main() -> None:
         conn, peer = _raw()
@@ -336,7 +337,7 @@ def test_a_thousand_sessions_leave_no_idle_task() -> None:
         await _until(lambda: len(a._lane_tasks) == 1000)  # one task per session with work
         release.set()
         await _until(lambda: len(handled) == 1000 and not a._lane_tasks)
-        assert not a._sessions.lanes and len(a._sessions) == 0
+        assert not a._sched.lanes and a._sched.queued == 0
         await a.close()
         await b.close()
 
@@ -429,7 +430,7 @@ def test_close_cancels_the_lanes_and_fails_what_waits_in_them() -> None:
         assert cancelled == ["s"]  # the running handler was cancelled, the queued one never ran
         with pytest.raises(ConnectionClosedError):
             await call  # its answer was still queued behind the handler
-        assert not conn._lane_tasks and len(conn._sessions) == 0
+        assert not conn._lane_tasks and conn._sched.queued == 0
 
     run(main)
 
@@ -487,7 +488,7 @@ def test_a_read_of_updates_only_goes_to_the_lanes_in_one_go() -> None:
 
         conn.on_notification("session/update", on_update, schema.SessionNotification)
         conn.on_request("ping", lambda params, call: {"seen": len(seen.get(params["sessionId"], ()))})
-        taken = count_reads_in_one_go(conn._endpoint)
+        taken = count_reads_in_one_go(conn._sched.endpoint)
         conn.start()
         texts = {"s1": [f"a{i}" for i in range(40)], "s2": [f"b{i}" for i in range(40)]}
         texts["s1"][3], texts["s2"][9] = "a3-slow", "boom"

@@ -1,0 +1,751 @@
+"""The scheduler: what each inbound message means, when it is handled, what goes out when.
+
+One :class:`Scheduler` per connection decides everything about the order of things, for
+every runtime alike: the threaded one (``acp.connection``), the asyncio one (``acp.aio``) and
+any other. A runtime reads, writes, waits, keeps time and runs handlers where the scheduler
+says; it never decides what a message means or in which order things happen.
+
+Inbound, one read at a time::
+
+    msgs = scheduler.decode_read(framer.feed(data))     # pure: safe outside the owner's lock
+    routed = scheduler.route(msgs)
+    # write scheduler.data_to_send() if routed.flush; cancel routed.cancelled;
+    # for each item of routed.now: a Pending -> wake its caller (its outcome is set),
+    #                               a Start   -> run that request's handler (concurrently);
+    # for each key in scheduler.pop_woken(): start a drainer of that lane;
+    # if routed.hook: run it (an arrival hook or an immediate notification), then
+    #     routed = scheduler.route(msgs, routed.resume, arrived=..., refused=...) and again.
+
+A **drainer** of a lane (the :data:`GATE`, or one session's lane) loops
+``items = scheduler.take(key)`` until it returns None, handling each item in order (asking for
+more means the items taken before were handled):
+a :class:`~acp.rpc.Decoded` or :class:`~acp.rpc.Updates` notification is called (and awaited)
+one at a time; a queued answer goes through :meth:`Scheduler.deliver`; a queued Start is run
+if :meth:`Scheduler.startable`; the marks :data:`EOF` and :data:`DRAIN` say that everything
+read before the end of input (or before a graceful close began) was handled.
+
+Ordering: ``"connection"`` puts every message in one order (the gate); ``"session"`` gives each
+session its own lane, drained concurrently, while a session-less message (no ``sessionId``)
+waits in the gate until every lane is idle, with everything read after it behind it. An answer
+is ordered with the session of the request it answers. The reader acts on an answer or a
+request itself when nothing of its order is queued ahead (``routed.now``): a caller is then
+completed, or a handler started, without a hand-off. The deadlock rule: the answer to a call
+made while handling an ordered notification (``serial=True``) is completed at once.
+
+Backpressure: :attr:`Scheduler.paused` is set while :data:`MAX_QUEUED_MESSAGES` items wait,
+and cleared once half of them were handled, or at once while a ``serial`` call waits (the
+deadlock rule wins). A runtime stops reading while it is set.
+
+Outbound: :meth:`~Scheduler.notify` batches a notification and says when it must reach the
+wire (:data:`FLUSH_NOW`, or :data:`FLUSH_SOON`: within the runtime's small bound); a request,
+an answer or a ``$/cancel_request`` is returned together with every batched notification
+before it, to write at once, so the order on the wire is the order of the calls.
+
+Time: the scheduler has no clock. A runtime that lets it track a call's deadline passes its
+own ``now`` (:meth:`~Scheduler.send_request`), asks :meth:`~Scheduler.next_deadline` and calls
+:meth:`~Scheduler.expire` when its clock gets there; a runtime that times a call itself (a
+blocking caller's timed wait) calls :meth:`~Scheduler.abandon` when it ran out.
+
+Concurrency contract: a Scheduler (and its Endpoint) has **one owner at a time**. Every method
+that is not marked pure must be called by the owner: the asyncio runtime owns it from its loop;
+the threaded runtime guards every call with one lock, and takes its write lock *before* that
+lock for the calls whose bytes it then writes, so that bytes reach the wire in the order they
+were produced. Nothing here relies on the GIL. Pure (any thread, any time once started):
+:meth:`~Scheduler.decode_read`, :meth:`~Scheduler.startable`, ``Endpoint.outcome``,
+``Endpoint.request_params``. Handlers registered before the runtime starts are never changed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from typing import Any, Literal
+
+from ..errors import (
+    REQUEST_CANCELLED,
+    ConnectionClosedError,
+    RequestCancelledError,
+    RequestError,
+    RequestTimeoutError,
+)
+from .badinput import BadInputLog
+from .endpoint import CANCEL_REQUEST, Endpoint, InboundRequest, Pending, Start
+from .framing import LineTooLong
+from .handlers import MISS, Decoded, Handler, Updates
+from .messages import (
+    ErrorResponse,
+    Invalid,
+    Notification,
+    Request,
+    Response,
+    decode_line,
+    session_id_of,
+    session_of_params,
+)
+
+__all__ = [
+    "DRAIN",
+    "EOF",
+    "FLUSH_BYTES",
+    "FLUSH_NOW",
+    "FLUSH_SOON",
+    "GATE",
+    "MAX_QUEUED_MESSAGES",
+    "ORDERINGS",
+    "Ordering",
+    "Routed",
+    "Scheduler",
+]
+
+_log = logging.getLogger("acp.rpc")
+
+#: The inbound ordering modes: one order connection-wide, or one per session.
+ORDERINGS = ("connection", "session")
+Ordering = Literal["connection", "session"]
+
+#: Items that may wait for a drainer before :attr:`Scheduler.paused` is set (backpressure).
+MAX_QUEUED_MESSAGES = 10_000
+#: Batched notifications are written at once when this many bytes wait.
+FLUSH_BYTES = 64 * 1024
+#: What :meth:`Scheduler.notify` returns: nothing to do (the batch already waits for a flush),
+#: flush within the runtime's small bound (the first bytes of a batch), flush now.
+FLUSH_LATER, FLUSH_SOON, FLUSH_NOW = 0, 1, 2
+
+
+class _Mark:
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+#: The lane key of the gate (connection-wide order; in "session" ordering, session-less items).
+GATE: Any = _Mark("GATE")
+#: Queued behind everything read before the end of input: the drainer reaching it means
+#: everything received was handled (then the runtime runs its close callbacks).
+EOF: Any = _Mark("EOF")
+#: Queued when a graceful close begins: everything read before it was handled.
+DRAIN: Any = _Mark("DRAIN")
+# The key of an answer that is completed at once (the deadlock rule).
+_NOW: Any = _Mark("NOW")
+
+
+class _Lane(deque[Any]):
+    """One session's queued items, oldest first; ``out``: how many its drainer took last."""
+
+    __slots__ = ("out",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.out = 0
+
+
+class Routed:
+    """What the runtime does after :meth:`Scheduler.route` (in this order, outside any lock).
+
+    ``flush``: answers were decided (refusals, -32800s): write :meth:`Scheduler.data_to_send`.
+    ``cancelled``: inbound calls ``$/cancel_request`` named (answered already): cancel their
+    handlers. ``now``: calls to complete (a :class:`~acp.rpc.Pending`, outcome set) and requests
+    to start (a Start), nothing being queued ahead of them. ``hook``: run it, then route the
+    rest from ``resume``: a Start whose arrival hook runs now (with the decoded params as the
+    Start's last member; then ``route(msgs, resume, arrived=start, refused=exc_or_None)``), or
+    a :class:`~acp.rpc.Decoded` notification registered ``immediate`` (``route(msgs, resume)``).
+    """
+
+    __slots__ = ("flush", "cancelled", "now", "hook", "resume")
+
+    def __init__(self) -> None:
+        self.flush = False
+        self.cancelled: list[InboundRequest] = []
+        self.now: list[Any] = []
+        self.hook: Any = None
+        self.resume = 0
+
+
+class Scheduler:
+    """The ordering, flushing, timing and closing rules of one connection (module docstring).
+
+    ``make_call(id, method)`` builds the runtime's :class:`~acp.rpc.InboundRequest` subclass
+    for each inbound request.
+    """
+
+    def __init__(
+        self,
+        make_call: Any = InboundRequest,
+        *,
+        name: str = "acp",
+        ordering: Ordering = "connection",
+        max_queued: int | None = None,
+    ) -> None:
+        if ordering not in ORDERINGS:
+            raise ValueError(f"ordering must be one of {ORDERINGS}, not {ordering!r}")
+        self.name = name
+        # The message-level state: ids, pending calls, inbound requests, answer-once.
+        self.endpoint = Endpoint(make_call, name)
+        self.ordering: Ordering = ordering
+        self.by_session = ordering == "session"
+        # Items waiting their turn: the gate, and one lane per session with work (by session).
+        self.gate: deque[tuple[Any, Any]] = deque()
+        self.gate_busy = False  # a drainer owns the gate
+        self.lanes: dict[str, _Lane] = {}  # a lane exists while a drainer owns it
+        # Weight of the gate's items handed to its drainer and not yet confirmed handled.
+        self._gate_out = 0
+        # Lanes whose drainer the runtime must start (pop_woken).
+        self._woken: list[Any] = []
+        # Backpressure: items queued and not yet handled; reading stops while paused.
+        self.queued = 0
+        self.max_queued = MAX_QUEUED_MESSAGES if max_queued is None else max_queued
+        self.paused = False
+        # Calls made while handling an ordered notification, still waiting (the deadlock rule).
+        self.serial_waiting = 0
+        # Batched outbound bytes (notifications, decided answers), oldest first.
+        self._wbuf = bytearray()
+        # Deadlines the scheduler tracks, by duration: one duration's calls expire in the order
+        # they were made, so the next deadline is the first entry of one of these dicts.
+        self._deadlines: dict[float, dict[int, tuple[float, Pending]]] = {}
+        self.bad_input = BadInputLog(name)
+        self._fallback_handler: Handler | None = None
+
+    # ------------------------------------------------------------------ registration
+
+    def on_request(self, method: str, fn: Any, params_type: Any = None, on_arrival: Any = None) -> Handler:
+        """Register a request method (before the runtime starts)."""
+        return self.endpoint.on_request(method, fn, params_type, on_arrival)
+
+    def on_notification(self, method: str, fn: Any, params_type: Any = None, immediate: bool = False) -> Handler:
+        """Register a notification method (before the runtime starts)."""
+        return self.endpoint.on_notification(method, fn, params_type, immediate)
+
+    def on_unknown_request(self, fn: Any) -> None:
+        """``fn(method, params, call)`` answers requests nobody registered."""
+        self.endpoint.fallback_request = fn
+
+    def on_unknown_notification(self, fn: Any) -> Handler:
+        """``fn(method, params)`` handles notifications nobody registered."""
+        self.endpoint.fallback_notification = fn
+        handler = self._fallback_handler = Handler(fn, None, notification=True)
+        return handler
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def is_closed(self) -> bool:
+        """True once the input ended or the connection closed."""
+        ep = self.endpoint
+        return ep.eof or ep.closed
+
+    def pop_woken(self) -> list[Any]:
+        """The lanes whose drainer the runtime must start now (GATE or a session key)."""
+        woken = self._woken
+        self._woken = []
+        return woken
+
+    @property
+    def has_woken(self) -> bool:
+        """True when :meth:`pop_woken` has something."""
+        return bool(self._woken)
+
+    # ------------------------------------------------------------------ inbound
+
+    def decode_read(self, lines: list[Any]) -> list[Any]:
+        """Decode the lines of one read into what :meth:`route` takes. Pure: no state but the
+        handler table (fixed once the runtime started), so it may run outside the owner's
+        lock. A read of streamed updates and nothing else becomes one :class:`Updates`."""
+        ep = self.endpoint
+        one_pass = ep.one_pass
+        prefix = None
+        if one_pass is not None:
+            updates = one_pass.decode_read(lines)
+            if updates is not MISS:
+                return [Updates(one_pass.handler, one_pass.method, updates)]
+            prefix = one_pass.prefix
+        handlers = ep.handlers
+        out: list[Any] = []
+        for line in lines:
+            if type(line) is not bytes:
+                out.append(line)  # LineTooLong: logged in its place by route
+                continue
+            if prefix is not None and line.startswith(prefix):
+                assert one_pass is not None
+                params = one_pass.decode(line)
+                if params is not MISS:
+                    out.append(Decoded(one_pass.handler, params, one_pass.method))
+                    continue
+            msg = decode_line(line)
+            if type(msg) is Notification:
+                out.append(self._decode_notification(msg, handlers))
+            elif type(msg) is list:
+                out += [self._decode_notification(m, handlers) if type(m) is Notification else m for m in msg]
+            else:
+                out.append(msg)
+        return out
+
+    def _decode_notification(self, msg: Notification, handlers: dict[str, Handler]) -> Any:
+        """A Decoded, or the raw Notification for route to act on (``$/cancel_request``,
+        params that did not decode, nobody to handle it)."""
+        handler = handlers.get(msg.method)
+        try:
+            if handler is not None and handler.notification:
+                return Decoded(handler, handler.decode(msg.params), msg.method)
+            fallback = self._fallback_handler
+            if fallback is not None and msg.method != CANCEL_REQUEST:
+                return Decoded(fallback, fallback.decode(msg.params), msg.method, True)
+        except Exception:  # a ValidationError, invalid UTF-8 ...: route says why
+            pass
+        return msg
+
+    def route(self, msgs: list[Any], i: int = 0, arrived: Start | None = None,
+              refused: BaseException | None = None) -> Routed:
+        """Place the messages of one read from index ``i`` on (see :class:`Routed`).
+        ``arrived``/``refused``: the Start whose arrival hook just ran, and what it raised."""
+        routed = Routed()
+        if arrived is not None:
+            if refused is not None:
+                self._buffer(self._hook_failed(arrived, refused))
+                routed.flush = True
+            else:
+                self._place_start(arrived, routed)
+        ep = self.endpoint
+        by_session = self.by_session
+        admit = self._admit
+        n = len(msgs)
+        while i < n:
+            msg = msgs[i]
+            i += 1
+            cls = type(msg)
+            if cls is Decoded:
+                if msg.handler.immediate:
+                    routed.hook = msg
+                    routed.resume = i
+                    return routed
+                admit(session_of_params(msg.params) if by_session and not msg.fallback else None, msg, False)
+            elif cls is Updates:
+                if by_session:
+                    handler, method = msg.handler, msg.method
+                    for params in msg:
+                        admit(session_of_params(params), Decoded(handler, params, method), False)
+                else:
+                    admit(None, msg, False, len(msg))
+            elif cls is Response or cls is ErrorResponse:
+                self._place_answer(msg, routed)
+            elif cls is Request:
+                start = ep.receive_request(msg)
+                if isinstance(start, bytes):  # refused
+                    self._buffer(start)
+                    routed.flush = True
+                    continue
+                handler = start[1]
+                if handler is not None and handler.on_arrival is not None and not handler.notification:
+                    try:
+                        params = ep.decode_arrival(start)
+                    except RequestError as exc:
+                        self._buffer(self._hook_failed(start, exc))
+                        routed.flush = True
+                        continue
+                    routed.hook = (start[0], handler, start[2], params)
+                    routed.resume = i
+                    return routed
+                self._place_start(start, routed)
+            elif cls is Notification:
+                self._raw_notification(msg, routed)
+            elif cls is Invalid:
+                self.bad_input.report("invalid message: %s", msg.reason)
+                failed = ep.receive_invalid(msg)
+                if isinstance(failed, bytes):
+                    self._buffer(failed)
+                    routed.flush = True
+                elif failed is not None:
+                    self._place_answer(failed, routed)  # a malformed answer: its caller fails, in order
+            else:
+                assert cls is LineTooLong
+                self.bad_input.report("discarded a line of %d bytes (over the limit)", msg.size)
+        return routed
+
+    def _raw_notification(self, msg: Notification, routed: Routed) -> None:
+        """A notification decode_read left raw: ``$/cancel_request``, bad params, or nobody's."""
+        if msg.method == CANCEL_REQUEST:
+            found = self.endpoint.receive_cancel(msg)
+            if found is not None:
+                routed.cancelled.append(found[0])
+                self._buffer(found[1])
+                routed.flush = True
+            return
+        handler = self.endpoint.handlers.get(msg.method)
+        if handler is None or not handler.notification:
+            if self._fallback_handler is None:
+                _log.debug("%s: ignored unknown notification %s", self.name, msg.method)
+                return
+            handler = self._fallback_handler
+        try:
+            handler.decode(msg.params)
+        except Exception as exc:  # what decode_read met: say it
+            self.bad_input.report("%s notification with invalid params: %s", msg.method, exc)
+
+    def _place_answer(self, msg: Response | ErrorResponse, routed: Routed) -> None:
+        msg_id = msg.id
+        pending = self.endpoint.pending.get(msg_id) if type(msg_id) is int else None
+        if pending is None:
+            _log.debug("%s: dropped an answer to unknown or abandoned request %r", self.name, msg_id)
+            return
+        if pending.serial:
+            key = _NOW  # the deadlock rule: a notification handler waits for it
+        else:
+            key = pending.session if self.by_session else None
+        if self._admit(key, msg, True):
+            self._complete(pending, msg)
+            routed.now.append(pending)
+        else:
+            pending.answered = True  # a graceful close still delivers it
+
+    def _place_start(self, start: Start, routed: Routed) -> None:
+        key = session_id_of(start[2]) if self.by_session else None
+        if self._admit(key, start, True):
+            routed.now.append(start)
+
+    def _admit(self, key: Any, item: Any, quick: bool, weight: int = 1) -> bool:
+        """Queue ``item`` of ``key``'s order, or say (True) that nothing is ahead of it and a
+        ``quick`` item (an answer, a request to start) may be acted on now. A lane (or the
+        gate) that gets work with nobody draining it is added to the woken lanes."""
+        if key is _NOW:
+            return True
+        gate = self.gate
+        if gate or self.gate_busy:
+            # A session-less item waits or runs: everything read after it waits too.
+            gate.append((key, item))
+        elif key is None:
+            if quick and not self.lanes:
+                return True
+            gate.append((None, item))
+            if not self.lanes:  # else the last lane to finish wakes the gate
+                self.gate_busy = True
+                self._woken.append(GATE)
+        else:
+            lane = self.lanes.get(key)
+            if lane is None:
+                if quick:
+                    return True
+                lane = self.lanes[key] = _Lane()
+                self._woken.append(key)
+            lane.append(item)
+        queued = self.queued = self.queued + weight
+        if queued >= self.max_queued and not self.serial_waiting:
+            self.paused = True
+        return False
+
+    # ------------------------------------------------------------------ draining
+
+    def take(self, key: Any) -> list[Any] | None:
+        """The drainer of lane ``key`` (GATE or a session) handled what it took before: the
+        next items of that lane, in order, or None when the lane is idle (the drainer stops;
+        the scheduler wakes a new one when work comes)."""
+        if key is GATE:
+            done = self._gate_out
+            self._gate_out = 0
+            lane = None
+        else:
+            lane = self.lanes.get(key)
+            done = 0 if lane is None else lane.out
+        if done:
+            queued = self.queued = self.queued - done
+            if self.paused and queued < self.max_queued // 2:
+                self.paused = False
+        if self.endpoint.closed:
+            return None
+        if lane is None:
+            return self._take_gate() if key is GATE else None
+        if lane:
+            items = list(lane)
+            lane.clear()
+            lane.out = len(items)
+            return items
+        del self.lanes[key]
+        if not self.lanes and self.gate and not self.gate_busy:
+            self.gate_busy = True  # the last lane to finish hands the gate on
+            self._woken.append(GATE)
+        return None
+
+    def _take_gate(self) -> list[Any] | None:
+        gate = self.gate
+        lanes = self.lanes
+        batch: list[Any] = []
+        weight = 0
+        while gate:
+            key, item = gate[0]
+            if key is None:
+                if lanes:
+                    break  # waits until every lane is idle
+                gate.popleft()
+                batch.append(item)
+                weight += len(item) if type(item) is Updates else 1
+            else:
+                if batch:
+                    break  # behind a session-less item not handled yet
+                gate.popleft()  # still counted as queued, now in its lane
+                lane = lanes.get(key)
+                if lane is None:
+                    lane = lanes[key] = _Lane()
+                    self._woken.append(key)
+                lane.append(item)
+        if batch:
+            self._gate_out = weight
+            return batch
+        self.gate_busy = False  # the last lane to finish wakes the gate again
+        return None
+
+    def deliver(self, msg: Response | ErrorResponse) -> Pending | None:
+        """A drainer reached a queued answer: the call to complete (outcome set), or None
+        when it was abandoned meanwhile (timeout, cancel, close)."""
+        pending = self.endpoint.pending.get(msg.id) if type(msg.id) is int else None
+        if pending is None:
+            _log.debug("%s: dropped an answer to abandoned request %r", self.name, msg.id)
+            return None
+        self._complete(pending, msg)
+        return pending
+
+    @staticmethod
+    def startable(start: Start) -> bool:
+        """False for a queued request answered meanwhile (``$/cancel_request``, close). Pure."""
+        return not start[0]._answered
+
+    def _complete(self, pending: Pending, msg: Response | ErrorResponse) -> None:
+        del self.endpoint.pending[pending.id]
+        if type(msg) is Response:
+            pending.raw = msg.result
+        else:
+            pending.error = Endpoint.response_error(msg)  # type: ignore[arg-type]
+        self._settled(pending)
+
+    def _settled(self, pending: Pending) -> None:
+        """``pending`` left the table: it no longer counts as waiting or timed."""
+        if pending.serial:
+            self.serial_waiting -= 1
+        if pending.timeout is not None:
+            timed = self._deadlines.get(pending.timeout)
+            if timed is not None:
+                timed.pop(pending.id, None)
+
+    # ------------------------------------------------------------------ outbound
+
+    def send_request(self, method: str, params: Any, result_type: Any, waiter: Any, serial: bool = False,
+                     timeout: float | None = None, now: float = 0.0) -> tuple[Pending, bytes]:
+        """Register a call and return it with the bytes to write now (every batched
+        notification, then its line). ``serial``: made while handling an ordered notification
+        (the deadlock rule; reading resumes if it was paused). ``timeout``: the scheduler
+        tracks the deadline ``now + timeout`` (see :meth:`expire`). Raises
+        ConnectionClosedError once closed, and whatever encoding the params raised."""
+        ep = self.endpoint
+        pending = ep.register(method, result_type, waiter, serial)
+        if self.by_session:
+            # Before the line goes out: the answer is ordered with this session's messages.
+            pending.session = session_of_params(params)
+        line = ep.request_line(pending, params)  # forgets the call if it raises
+        if serial:
+            self.serial_waiting += 1
+            self.paused = False  # only the reader can deliver its answer
+        if timeout is not None:
+            timed = self._deadlines.get(timeout)
+            if timed is None:
+                timed = self._deadlines[timeout] = {}
+            timed[pending.id] = (now + timeout, pending)
+            pending.timeout = timeout
+        buf = self._wbuf
+        if buf:
+            buf += line
+            line = bytes(buf)
+            buf.clear()
+        return pending, line
+
+    def notify(self, method: str, params: Any) -> int:
+        """Batch a notification; returns when it must be written: FLUSH_LATER, FLUSH_SOON or
+        FLUSH_NOW (then :meth:`data_to_send`). ConnectionClosedError once closed."""
+        ep = self.endpoint
+        if ep.eof or ep.closed:
+            raise ep.closed_error()
+        buf = self._wbuf
+        first = not buf
+        ep.encoder.notification_into(buf, method, params)  # straight into the batch
+        if len(buf) >= FLUSH_BYTES:
+            return FLUSH_NOW
+        return FLUSH_SOON if first else FLUSH_LATER
+
+    def data_to_send(self) -> bytes:
+        """Every batched byte, oldest first (b"" when none); empties the batch."""
+        buf = self._wbuf
+        if not buf:
+            return b""
+        data = bytes(buf)
+        buf.clear()
+        return data
+
+    def _buffer(self, line: bytes) -> None:
+        self._wbuf += line
+
+    def _with_batch(self, line: bytes | None) -> bytes | None:
+        """``line`` after every batched notification, as the bytes to write now."""
+        if line is None:
+            return None
+        buf = self._wbuf
+        if buf:
+            buf += line
+            line = bytes(buf)
+            buf.clear()
+        return line
+
+    def answer(self, call: InboundRequest, result: Any) -> bytes | None:
+        """Answer ``call`` with ``result``: the bytes to write now, or None when it was
+        answered already (the result is dropped, logged at DEBUG)."""
+        return self._with_batch(self.endpoint.answer(call, result))
+
+    def answer_error(self, call: InboundRequest, code: int, message: str | None = None, data: Any = None) -> bytes | None:
+        """Answer ``call`` with an error: the bytes to write now, or None (answered already)."""
+        return self._with_batch(self.endpoint.answer_error(call, code, message, data))
+
+    def request_failed(self, call: InboundRequest, exc: BaseException) -> bytes | None:
+        """A request handler raised ``exc``: the answer (bytes to write now) the policy gives
+        it, or None (answered already). A RequestError answers with its own code; anything
+        else, ``SystemExit`` and ``KeyboardInterrupt`` included, is logged here with its
+        traceback and answered -32603 "Internal error" (nothing of it goes on the wire)."""
+        if not isinstance(exc, RequestError):
+            if isinstance(exc, Exception):
+                _log.error("%s: %s handler failed", self.name, call.method, exc_info=exc)
+            else:
+                # sys.exit() (or a KeyboardInterrupt raised by hand) in a handler would end only
+                # the thread or task running it and leave the request unanswered.
+                _log.error("%s: %s handler raised %s; answered as an internal error%s", self.name, call.method,
+                           type(exc).__name__,
+                           " (sys.exit() in a handler does not end the process)" if isinstance(exc, SystemExit) else "")
+        return self._with_batch(self.endpoint.answer_exception(call, exc))
+
+    def request_cancelled(self, call: InboundRequest, answered_elsewhere: bool) -> bytes | None:
+        """A runtime cancelled a request handler (task cancellation). ``$/cancel_request`` and
+        close answered it already; ``answered_elsewhere``: whoever cancelled it through the
+        call answers it. Anyone else cancelled it: the peer still gets -32800 (bytes to write
+        now; None when nothing is owed)."""
+        if answered_elsewhere or self.endpoint.closed:
+            return None
+        return self._with_batch(self.endpoint.answer_error(call, REQUEST_CANCELLED, "Request cancelled"))
+
+    def notification_failed(self, method: str, exc: BaseException) -> None:
+        """A notification handler raised ``exc``: logged (there is nobody to answer), and the
+        order goes on. ``SystemExit`` and ``KeyboardInterrupt`` too."""
+        if isinstance(exc, Exception):
+            _log.error("%s: %s notification handler failed", self.name, method, exc_info=exc)
+        else:
+            _log.error("%s: %s notification handler raised %s; ignored%s", self.name, method, type(exc).__name__,
+                       " (sys.exit() in a handler does not end the process)" if isinstance(exc, SystemExit) else "")
+
+    def _hook_failed(self, start: Start, exc: BaseException) -> bytes:
+        """An arrival hook refused its request (or failed): the error line."""
+        call = start[0]
+        if not isinstance(exc, RequestError):
+            _log.error("%s: %s arrival hook failed", self.name, call.method, exc_info=exc)
+        line = self.endpoint.answer_exception(call, exc)
+        return line or b""
+
+    # ------------------------------------------------------------------ giving up on calls
+
+    def abandon(self, pending: Pending, error: BaseException) -> bytes | None:
+        """Give up on a call (its timeout ran out, it was cancelled): ``error`` becomes its
+        outcome and the ``$/cancel_request`` goes out (the bytes to write now, b"" once
+        closed). None when it was completed already (whoever took it completes it)."""
+        ep = self.endpoint
+        if ep.pending.pop(pending.id, None) is None:
+            return None
+        pending.error = error
+        self._settled(pending)
+        line = ep.cancel_line(pending.id)
+        return self._with_batch(line) if line is not None else b""
+
+    def cancelled_error(self, pending: Pending) -> RequestCancelledError:
+        """The error of a call its caller cancelled."""
+        return RequestCancelledError(f"{pending.method}: cancelled")
+
+    def timeout_error(self, pending: Pending, timeout: float | None) -> RequestTimeoutError:
+        """The error of a call whose time ran out."""
+        return RequestTimeoutError(f"{pending.method}: no answer within {timeout} s")
+
+    def next_deadline(self) -> float | None:
+        """The earliest deadline the scheduler tracks (the runtime's clock), or None."""
+        earliest = None
+        for timed in self._deadlines.values():
+            for deadline, _ in timed.values():
+                if earliest is None or deadline < earliest:
+                    earliest = deadline
+                break  # a duration's calls are in deadline order
+        return earliest
+
+    def expire(self, now: float) -> list[Pending]:
+        """The runtime's clock reached ``now``: every tracked call due by then is abandoned
+        (its outcome a RequestTimeoutError, its ``$/cancel_request`` batched: write
+        :meth:`data_to_send`). Returns them, for the runtime to wake their callers."""
+        expired: list[Pending] = []
+        for timeout, timed in list(self._deadlines.items()):
+            due = []
+            for deadline, pending in timed.values():
+                if deadline > now:
+                    break
+                due.append(pending)
+            for pending in due:
+                line = self.abandon(pending, self.timeout_error(pending, timeout))
+                if line is not None:
+                    self._wbuf += line
+                    expired.append(pending)
+            if not timed:
+                del self._deadlines[timeout]
+        return expired
+
+    # ------------------------------------------------------------------ the end
+
+    def receive_eof(self) -> tuple[list[Pending], list[InboundRequest]]:
+        """The input ended. Returns the calls that fail now (outcome set: the peer is gone)
+        and the inbound requests whose handlers are told so (they stay answerable: the peer
+        may have half-closed). :data:`EOF` is queued behind everything read before it."""
+        ep = self.endpoint
+        ep.eof = True
+        failed = self._fail_pending()
+        self.bad_input.summary()
+        if not ep.closed:
+            self._admit(None, EOF, False)
+        return failed, list(ep.inbound.values())
+
+    def start_closing(self) -> tuple[list[Pending], list[InboundRequest]]:
+        """A graceful close begins: new inbound requests are refused from now on; every call
+        pending now fails (outcome set) unless its answer arrived already (it is delivered in
+        its turn); :data:`DRAIN` is queued behind everything read so far. Returns those calls
+        and the inbound requests whose handlers are told to finish (they stay answerable).
+        Calls handlers make from now on still get their answers."""
+        ep = self.endpoint
+        ep.closing = True
+        failed = self._fail_pending(ConnectionClosedError("connection closed"), keep_answered=True)
+        if not ep.eof and not ep.closed:
+            self._admit(None, DRAIN, False)
+        return failed, list(ep.inbound.values())
+
+    def close(self) -> tuple[list[Pending], list[InboundRequest]]:
+        """Close: nothing more is received or answered. Returns the calls that fail (outcome
+        set) and the inbound requests taken as answered (cancel their handlers). What was
+        queued is dropped; batched bytes may still be written (:meth:`data_to_send`)."""
+        ep = self.endpoint
+        ep.closed = True
+        failed = self._fail_pending()
+        inbound = ep.claim_all()
+        self.gate.clear()
+        self.lanes.clear()
+        self.gate_busy = False
+        self._gate_out = 0
+        self._woken = []
+        self.queued = 0
+        self.paused = False
+        self.bad_input.summary()
+        return failed, inbound
+
+    def _fail_pending(self, error: BaseException | None = None, keep_answered: bool = False) -> list[Pending]:
+        ep = self.endpoint
+        failed = ep.fail_all(error or ep.closed_error(), keep_answered)
+        for pending in failed:
+            self._settled(pending)
+        return failed
+
