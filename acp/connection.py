@@ -781,16 +781,19 @@ class Connection:
         sched = self._sched
         lock = self._lock
         msgs = sched.decode_read(lines)
-        arrived: Any = None
-        refused: BaseException | None = None
         resume = 0
         while True:
             lock.acquire()
             try:
-                routed = sched.route(msgs, resume, arrived, refused)
-                woken = sched.pop_woken() if sched.has_woken else None
+                now = sched.route(msgs, resume)
+                routed = sched.routed
+                woken = sched.pop_woken() if sched.woken else None
             finally:
                 lock.release()
+            if routed is None:  # the common case: nothing rare
+                if woken:
+                    self._wake_drainers(woken)
+                return self._act(now, final) if now else False
             if routed.flush:
                 self._flush()  # refusals and -32800 answers
             if routed.cancelled:
@@ -798,31 +801,47 @@ class Connection:
             if woken:
                 self._wake_drainers(woken)
             hook = routed.hook
-            now = routed.now
-            if now:
-                if hook is None:
-                    return self._act(now, final)
-                self._act(now, True)
             if hook is None:
-                return False
-            arrived, refused, resume = None, None, routed.resume
+                return self._act(now, final) if now else False
+            if now:
+                self._act(now, True)
+            resume = routed.resume
             if type(hook) is _Decoded:  # an immediate notification: here, now
                 self._notify_handler(hook)
-            else:
-                arrived = hook
+                continue
+            try:  # an arrival hook: here, now, before anything read after its request
+                hook[1].on_arrival(hook[3], hook[0])
+                refused = None
+            except BaseException as exc:
+                refused = exc
+            go = routed.placed and refused is None
+            if not go:
+                lock.acquire()
                 try:
-                    hook[1].on_arrival(hook[3], hook[0])
-                except BaseException as exc:
-                    refused = exc
+                    go = sched.arrived(hook, refused)
+                finally:
+                    lock.release()
+                if refused is not None:
+                    self._flush()
+            if resume >= len(msgs):  # a read of one prompt: most of them
+                return self._act([hook], final) if go else False
+            if go:
+                self._act([hook], True)
 
     def _act(self, now: list[Any], final: bool) -> bool:
         """Complete the callers and start the requests the scheduler found nothing ahead of.
         The last request may run on this very thread (leader/follower; True: reading was
         handed over meanwhile)."""
-        last = now[-1] if type(now[-1]) is tuple and not final and self._leader_follower else None
+        last = now[-1]
+        if type(last) is not tuple or final or not self._leader_follower:
+            last = None
         for item in now:
             if type(item) is _Pending:
-                self._wake(item)
+                waiter = item.waiter
+                if type(waiter) is Future:
+                    self._wake(item)
+                else:
+                    waiter.release()  # _wake's common case, inlined: once per answer
             elif item is not last:
                 self._launch(item)
         if last is None:
@@ -908,7 +927,7 @@ class Connection:
                 lock.acquire()
                 try:
                     items = sched.take(key)
-                    woken = sched.pop_woken() if sched.has_woken else None
+                    woken = sched.pop_woken() if sched.woken else None
                 finally:
                     lock.release()
                 if woken:
@@ -990,8 +1009,23 @@ class Connection:
                     result = handler.fn(params, call)
             except BaseException as exc:
                 self._emit(self._sched.request_failed, call, exc)
-            else:
-                self._emit(self._sched.answer, call, result)
+                return
+            # _emit(sched.answer, call, result), inlined: once per request.
+            wlock, lock = self._wlock, self._lock
+            wlock.acquire()
+            try:
+                lock.acquire()
+                try:
+                    data = self._sched.answer(call, result)
+                finally:
+                    lock.release()
+                if data:
+                    try:
+                        self._write_now(data)
+                    except ConnectionClosedError:
+                        _log.debug("%s: answer not sent: connection closed", self.name)
+            finally:
+                wlock.release()
         finally:
             self._handler_done()
 

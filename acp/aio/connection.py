@@ -775,37 +775,48 @@ class AsyncConnection:
             self._tap_lines(self._wire_tap, "in", lines)
         sched = self._sched
         msgs = sched.decode_read(lines)
-        arrived: Any = None
-        refused: BaseException | None = None
         resume = 0
         while True:
-            routed = sched.route(msgs, resume, arrived, refused)
-            if routed.flush:
-                self._flush()  # refusals and -32800 answers
-            for call in routed.cancelled:
-                assert isinstance(call, AsyncInboundCall)
-                call.cancel()
-            if sched.has_woken:
+            now = sched.route(msgs, resume)
+            routed = sched.routed
+            if routed is not None:
+                if routed.flush:
+                    self._flush()  # refusals and -32800 answers
+                for call in routed.cancelled:
+                    assert isinstance(call, AsyncInboundCall)
+                    call.cancel()
+            if sched.woken:
                 self._wake_drainers()
-            for item in routed.now:
-                if type(item) is _Pending:
-                    self._wake(item)
-                else:
-                    self._start_request(item)
-            hook = routed.hook
+            if now:
+                self._act(now)
+            hook = routed.hook if routed is not None else None
             if hook is None:
                 return
-            arrived, refused, resume = None, None, routed.resume
+            resume = routed.resume  # type: ignore[union-attr]
             if type(hook) is _Decoded:  # an immediate notification: here, now
                 awaitable = self._call_notification(hook)
                 if awaitable is not None:  # it should be plain; if not, let it run on its own
                     self._spawn(self._await_notification(awaitable, hook.method))
+                continue
+            try:  # an arrival hook: here, now, before anything read after its request
+                hook[1].on_arrival(hook[3], hook[0])
+                refused = None
+            except Exception as exc:
+                refused = exc
+            if (routed.placed and refused is None) or sched.arrived(hook, refused):  # type: ignore[union-attr]
+                self._start_request(hook)
+            elif refused is not None:
+                self._flush()
+
+    def _act(self, now: list[Any]) -> None:
+        """Complete the callers and start the requests nothing is queued ahead of."""
+        for item in now:
+            if type(item) is _Pending:
+                waiter = item.waiter
+                if not waiter.done():
+                    waiter.set_result(None)
             else:
-                arrived = hook
-                try:
-                    hook[1].on_arrival(hook[3], hook[0])
-                except Exception as exc:
-                    refused = exc
+                self._start_request(item)
 
     def _on_eof(self) -> None:
         failed, calls = self._sched.receive_eof()
@@ -853,7 +864,7 @@ class AsyncConnection:
         sched = self._sched
         while True:
             items = sched.take(key)
-            if sched.has_woken:
+            if sched.woken:
                 self._wake_drainers()
             if self._reader_held and not sched.paused:
                 self._release_reader()

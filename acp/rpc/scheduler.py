@@ -8,13 +8,14 @@ says; it never decides what a message means or in which order things happen.
 Inbound, one read at a time::
 
     msgs = scheduler.decode_read(framer.feed(data))     # pure: safe outside the owner's lock
-    routed = scheduler.route(msgs)
-    # write scheduler.data_to_send() if routed.flush; cancel routed.cancelled;
-    # for each item of routed.now: a Pending -> wake its caller (its outcome is set),
-    #                               a Start   -> run that request's handler (concurrently);
-    # for each key in scheduler.pop_woken(): start a drainer of that lane;
-    # if routed.hook: run it (an arrival hook or an immediate notification), then
-    #     routed = scheduler.route(msgs, routed.resume, arrived=..., refused=...) and again.
+    now = scheduler.route(msgs)                         # then, outside the owner's lock:
+    # scheduler.routed (None: nothing rare): write data_to_send() if .flush; cancel the handlers
+    #     of .cancelled;
+    # if scheduler.woken: start a drainer for each key of pop_woken();
+    # for each item of now: a Pending -> wake its caller (its outcome is set),
+    #                       a Start   -> run that request's handler (concurrently);
+    # if routed.hook: run it (an arrival hook, then report with arrived(); or an immediate
+    #     notification's handler), then route(msgs, routed.resume) again.
 
 A **drainer** of a lane (the :data:`GATE`, or one session's lane) loops
 ``items = scheduler.take(key)`` until it returns None, handling each item in order (asking for
@@ -28,7 +29,7 @@ Ordering: ``"connection"`` puts every message in one order (the gate); ``"sessio
 session its own lane, drained concurrently, while a session-less message (no ``sessionId``)
 waits in the gate until every lane is idle, with everything read after it behind it. An answer
 is ordered with the session of the request it answers. The reader acts on an answer or a
-request itself when nothing of its order is queued ahead (``routed.now``): a caller is then
+request itself when nothing of its order is queued ahead (``route``'s result): a caller is then
 completed, or a handler started, without a hand-off. The deadlock rule: the answer to a call
 made while handling an ordered notification (``serial=True``) is completed at once.
 
@@ -144,25 +145,26 @@ class _Lane(deque[Any]):
 
 
 class Routed:
-    """What the runtime does after :meth:`Scheduler.route` (in this order, outside any lock).
+    """The rare outcomes of one :meth:`Scheduler.route` call (``Scheduler.routed``; None when
+    there were none), for the runtime to act on outside any lock, before the ``now`` items.
 
     ``flush``: answers were decided (refusals, -32800s): write :meth:`Scheduler.data_to_send`.
     ``cancelled``: inbound calls ``$/cancel_request`` named (answered already): cancel their
-    handlers. ``now``: calls to complete (a :class:`~acp.rpc.Pending`, outcome set) and requests
-    to start (a Start), nothing being queued ahead of them. ``hook``: run it, then route the
-    rest from ``resume``: a Start whose arrival hook runs now (with the decoded params as the
-    Start's last member; then ``route(msgs, resume, arrived=start, refused=exc_or_None)``), or
-    a :class:`~acp.rpc.Decoded` notification registered ``immediate`` (``route(msgs, resume)``).
+    handlers. ``hook``: run it, then route the rest of the read from ``resume``: a Start whose
+    arrival hook runs now, with the decoded params as the Start's last member (``placed``:
+    nothing is ahead of it, start it once its hook ran, unless the hook raised: then, and
+    when not ``placed``, report with :meth:`Scheduler.arrived`), or a
+    :class:`~acp.rpc.Decoded` notification registered ``immediate`` (call its handler).
     """
 
-    __slots__ = ("flush", "cancelled", "now", "hook", "resume")
+    __slots__ = ("flush", "cancelled", "hook", "resume", "placed")
 
     def __init__(self) -> None:
         self.flush = False
         self.cancelled: list[InboundRequest] = []
-        self.now: list[Any] = []
         self.hook: Any = None
         self.resume = 0
+        self.placed = False
 
 
 class Scheduler:
@@ -194,7 +196,9 @@ class Scheduler:
         # Weight of the gate's items handed to its drainer and not yet confirmed handled.
         self._gate_out = 0
         # Lanes whose drainer the runtime must start (pop_woken).
-        self._woken: list[Any] = []
+        self.woken: list[Any] = []
+        # The rare outcomes of the last route() (None: there were none).
+        self.routed: Routed | None = None
         # Backpressure: items queued and not yet handled; reading stops while paused.
         self.queued = 0
         self.max_queued = MAX_QUEUED_MESSAGES if max_queued is None else max_queued
@@ -238,15 +242,11 @@ class Scheduler:
         return ep.eof or ep.closed
 
     def pop_woken(self) -> list[Any]:
-        """The lanes whose drainer the runtime must start now (GATE or a session key)."""
-        woken = self._woken
-        self._woken = []
+        """The lanes whose drainer the runtime must start now (GATE or a session key); look at
+        :attr:`woken` first (usually empty: no call)."""
+        woken = self.woken
+        self.woken = []
         return woken
-
-    @property
-    def has_woken(self) -> bool:
-        """True when :meth:`pop_woken` has something."""
-        return bool(self._woken)
 
     # ------------------------------------------------------------------ inbound
 
@@ -257,6 +257,14 @@ class Scheduler:
         ep = self.endpoint
         one_pass = ep.one_pass
         prefix = None
+        if len(lines) == 1 and one_pass is None:  # a lone request or answer: most round trips
+            line = lines[0]
+            if type(line) is bytes:
+                msg = decode_line(line)
+                if type(msg) is Notification:
+                    return [self._decode_notification(msg, ep.handlers)]
+                if type(msg) is not list:
+                    return [msg]
         if one_pass is not None:
             updates = one_pass.decode_read(lines)
             if updates is not MISS:
@@ -264,7 +272,7 @@ class Scheduler:
             prefix = one_pass.prefix
         handlers = ep.handlers
         out: list[Any] = []
-        for line in lines:
+        for line in lines:  # (a lone batch line decodes again here: batches are rare)
             if type(line) is not bytes:
                 out.append(line)  # LineTooLong: logged in its place by route
                 continue
@@ -297,18 +305,16 @@ class Scheduler:
             pass
         return msg
 
-    def route(self, msgs: list[Any], i: int = 0, arrived: Start | None = None,
-              refused: BaseException | None = None) -> Routed:
-        """Place the messages of one read from index ``i`` on (see :class:`Routed`).
-        ``arrived``/``refused``: the Start whose arrival hook just ran, and what it raised."""
-        routed = Routed()
-        if arrived is not None:
-            if refused is not None:
-                self._buffer(self._hook_failed(arrived, refused))
-                routed.flush = True
-            else:
-                self._place_start(arrived, routed)
+    def route(self, msgs: list[Any], i: int = 0) -> list[Any] | None:
+        """Place the messages of one read from index ``i`` on. Returns what to act on now,
+        nothing being queued ahead of it (None: nothing): calls to complete (a
+        :class:`~acp.rpc.Pending`, outcome set) and requests to start (a Start). The rare
+        outcomes are in :attr:`routed` (None when there were none), the lanes to start a
+        drainer for in :attr:`woken`; both stay valid until the next ``route``."""
+        self.routed = None
+        now: list[Any] | None = None
         ep = self.endpoint
+        pending_get = ep.pending.get
         by_session = self.by_session
         admit = self._admit
         n = len(msgs)
@@ -316,12 +322,23 @@ class Scheduler:
             msg = msgs[i]
             i += 1
             cls = type(msg)
-            if cls is Decoded:
-                if msg.handler.immediate:
-                    routed.hook = msg
-                    routed.resume = i
-                    return routed
-                admit(session_of_params(msg.params) if by_session and not msg.fallback else None, msg, False)
+            if cls is Response or cls is ErrorResponse:
+                msg_id = msg.id
+                pending = pending_get(msg_id) if type(msg_id) is int else None
+                if pending is None:
+                    _log.debug("%s: dropped an answer to unknown or abandoned request %r", self.name, msg_id)
+                elif (
+                    # _admit's answer for one order with nothing queued, inlined: most answers
+                    (not by_session and not self.gate and not self.gate_busy)
+                    or admit(_NOW if pending.serial else pending.session if by_session else None, msg, True)
+                ):
+                    self._complete(pending, msg)
+                    if now is None:
+                        now = [pending]
+                    else:
+                        now.append(pending)
+                else:
+                    pending.answered = True  # a graceful close still delivers it
             elif cls is Updates:
                 if by_session:
                     handler, method = msg.handler, msg.method
@@ -329,49 +346,90 @@ class Scheduler:
                         admit(session_of_params(params), Decoded(handler, params, method), False)
                 else:
                     admit(None, msg, False, len(msg))
-            elif cls is Response or cls is ErrorResponse:
-                self._place_answer(msg, routed)
+            elif cls is Decoded:
+                if msg.handler.immediate:
+                    routed = self._routed()
+                    routed.hook = msg
+                    routed.resume = i
+                    return now
+                admit(session_of_params(msg.params) if by_session and not msg.fallback else None, msg, False)
             elif cls is Request:
                 start = ep.receive_request(msg)
                 if isinstance(start, bytes):  # refused
-                    self._buffer(start)
-                    routed.flush = True
+                    self._decided(start)
                     continue
                 handler = start[1]
                 if handler is not None and handler.on_arrival is not None and not handler.notification:
                     try:
-                        params = ep.decode_arrival(start)
-                    except RequestError as exc:
-                        self._buffer(self._hook_failed(start, exc))
-                        routed.flush = True
+                        params = handler.decode(start[2])
+                    except Exception:  # the rare path says which error it is
+                        try:
+                            ep.decode_arrival(start)
+                        except RequestError as exc:
+                            self._decided(self._hook_failed(start, exc))
                         continue
+                    routed = self._routed()
                     routed.hook = (start[0], handler, start[2], params)
                     routed.resume = i
-                    return routed
-                self._place_start(start, routed)
+                    # Nothing ahead: it is placed now, to start once its hook ran (nothing is
+                    # routed meanwhile, so nothing can get ahead of it). Else arrived() places it.
+                    routed.placed = self._free(session_id_of(start[2]) if by_session else None)
+                    return now
+                if admit(session_id_of(start[2]) if by_session else None, start, True):
+                    if now is None:
+                        now = [start]
+                    else:
+                        now.append(start)
             elif cls is Notification:
-                self._raw_notification(msg, routed)
+                self._raw_notification(msg)
             elif cls is Invalid:
                 self.bad_input.report("invalid message: %s", msg.reason)
                 failed = ep.receive_invalid(msg)
                 if isinstance(failed, bytes):
-                    self._buffer(failed)
-                    routed.flush = True
-                elif failed is not None:
-                    self._place_answer(failed, routed)  # a malformed answer: its caller fails, in order
+                    self._decided(failed)
+                elif failed is not None:  # a malformed answer: its caller fails, in order
+                    msgs = [*msgs[:i], failed, *msgs[i:]]
+                    n += 1
             else:
                 assert cls is LineTooLong
                 self.bad_input.report("discarded a line of %d bytes (over the limit)", msg.size)
+        return now
+
+    def arrived(self, start: Start, refused: BaseException | None) -> bool:
+        """The runtime ran the arrival hook of ``start`` (the :attr:`Routed.hook` of the last
+        ``route``) and ``Routed.placed`` was False, or the hook raised ``refused`` (then its
+        answer waits in :meth:`data_to_send`). True: start it now, nothing being queued ahead;
+        False: it is queued (or refused). Then ``route`` the rest of the read from
+        ``Routed.resume``."""
+        if refused is not None:
+            self._buffer(self._hook_failed(start, refused))
+            return False
+        return self._admit(session_id_of(start[2]) if self.by_session else None, start, True)
+
+    def _free(self, key: Any) -> bool:
+        """Nothing of ``key``'s order is queued ahead (what _admit says of a quick item)."""
+        if self.gate or self.gate_busy:
+            return False
+        return not self.lanes if key is None else key not in self.lanes
+
+    def _routed(self) -> Routed:
+        routed = self.routed
+        if routed is None:
+            routed = self.routed = Routed()
         return routed
 
-    def _raw_notification(self, msg: Notification, routed: Routed) -> None:
+    def _decided(self, line: bytes) -> None:
+        """An answer decided while routing (a refusal, a -32800): batched, flushed at once."""
+        self._wbuf += line
+        self._routed().flush = True
+
+    def _raw_notification(self, msg: Notification) -> None:
         """A notification decode_read left raw: ``$/cancel_request``, bad params, or nobody's."""
         if msg.method == CANCEL_REQUEST:
             found = self.endpoint.receive_cancel(msg)
             if found is not None:
-                routed.cancelled.append(found[0])
-                self._buffer(found[1])
-                routed.flush = True
+                self._routed().cancelled.append(found[0])
+                self._decided(found[1])
             return
         handler = self.endpoint.handlers.get(msg.method)
         if handler is None or not handler.notification:
@@ -383,27 +441,6 @@ class Scheduler:
             handler.decode(msg.params)
         except Exception as exc:  # what decode_read met: say it
             self.bad_input.report("%s notification with invalid params: %s", msg.method, exc)
-
-    def _place_answer(self, msg: Response | ErrorResponse, routed: Routed) -> None:
-        msg_id = msg.id
-        pending = self.endpoint.pending.get(msg_id) if type(msg_id) is int else None
-        if pending is None:
-            _log.debug("%s: dropped an answer to unknown or abandoned request %r", self.name, msg_id)
-            return
-        if pending.serial:
-            key = _NOW  # the deadlock rule: a notification handler waits for it
-        else:
-            key = pending.session if self.by_session else None
-        if self._admit(key, msg, True):
-            self._complete(pending, msg)
-            routed.now.append(pending)
-        else:
-            pending.answered = True  # a graceful close still delivers it
-
-    def _place_start(self, start: Start, routed: Routed) -> None:
-        key = session_id_of(start[2]) if self.by_session else None
-        if self._admit(key, start, True):
-            routed.now.append(start)
 
     def _admit(self, key: Any, item: Any, quick: bool, weight: int = 1) -> bool:
         """Queue ``item`` of ``key``'s order, or say (True) that nothing is ahead of it and a
@@ -421,14 +458,14 @@ class Scheduler:
             gate.append((None, item))
             if not self.lanes:  # else the last lane to finish wakes the gate
                 self.gate_busy = True
-                self._woken.append(GATE)
+                self.woken.append(GATE)
         else:
             lane = self.lanes.get(key)
             if lane is None:
                 if quick:
                     return True
                 lane = self.lanes[key] = _Lane()
-                self._woken.append(key)
+                self.woken.append(key)
             lane.append(item)
         queued = self.queued = self.queued + weight
         if queued >= self.max_queued and not self.serial_waiting:
@@ -464,7 +501,7 @@ class Scheduler:
         del self.lanes[key]
         if not self.lanes and self.gate and not self.gate_busy:
             self.gate_busy = True  # the last lane to finish hands the gate on
-            self._woken.append(GATE)
+            self.woken.append(GATE)
         return None
 
     def _take_gate(self) -> list[Any] | None:
@@ -487,7 +524,7 @@ class Scheduler:
                 lane = lanes.get(key)
                 if lane is None:
                     lane = lanes[key] = _Lane()
-                    self._woken.append(key)
+                    self.woken.append(key)
                 lane.append(item)
         if batch:
             self._gate_out = weight
@@ -516,7 +553,8 @@ class Scheduler:
             pending.raw = msg.result
         else:
             pending.error = Endpoint.response_error(msg)  # type: ignore[arg-type]
-        self._settled(pending)
+        if pending.serial or pending.timeout is not None:
+            self._settled(pending)
 
     def _settled(self, pending: Pending) -> None:
         """``pending`` left the table: it no longer counts as waiting or timed."""
@@ -736,7 +774,7 @@ class Scheduler:
         self.lanes.clear()
         self.gate_busy = False
         self._gate_out = 0
-        self._woken = []
+        self.woken = []
         self.queued = 0
         self.paused = False
         self.bad_input.summary()

@@ -12,6 +12,7 @@ from acp import schema
 
 sessions: dict[str, str] = {}
 ORDERING: Any = os.environ.get("ACP_BENCH_ORDERING", "connection")  # see ours_client.py
+WAIT_SPIN = os.environ.get("ACP_BENCH_WAIT_SPIN")  # see ours_client.py
 
 
 def new_session(request: schema.NewSessionRequest, ctx: object) -> schema.NewSessionResponse:
@@ -45,6 +46,8 @@ def main() -> None:
     )
     if ORDERING != "connection":  # only then: the --baseline build may predate ordering()
         builder.ordering(ORDERING)
+    if WAIT_SPIN is not None:
+        builder.wait_spin(float(WAIT_SPIN))
     builder.build().serve_stdio()
 
 

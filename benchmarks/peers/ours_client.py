@@ -24,6 +24,9 @@ from acp import schema
 AGENT = agent_command([sys.executable, str(Path(__file__).with_name("ours_agent.py"))])
 # "session" for the ours-session rows (ours_session_client.py); the agent reads it too.
 ORDERING: Any = os.environ.get("ACP_BENCH_ORDERING", "connection")
+# ACP_BENCH_WAIT_SPIN=0: no polling for answers on either side, so CPU per operation is work
+# (the agent reads it too).
+WAIT_SPIN = os.environ.get("ACP_BENCH_WAIT_SPIN")
 
 
 class OursClient:
@@ -38,6 +41,8 @@ class OursClient:
         )
         if ORDERING != "connection":  # only then: the --baseline build may predate ordering()
             builder.ordering(ORDERING)
+        if WAIT_SPIN is not None:
+            builder.wait_spin(float(WAIT_SPIN))
         self.stack = ExitStack()
         self.client: Any = self.stack.enter_context(builder.build())
 

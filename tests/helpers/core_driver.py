@@ -49,34 +49,40 @@ class Side:
 
     def receive(self, data: bytes) -> None:
         msgs = self.sched.decode_read(self.framer.feed(data))
-        arrived: Any = None
-        refused: BaseException | None = None
         resume = 0
         while True:
-            routed = self.sched.route(msgs, resume, arrived, refused)
-            if routed.flush:
-                self.flush()
-            self.cancelled += routed.cancelled
+            now = self.sched.route(msgs, resume)
+            routed = self.sched.routed
+            if routed is not None:
+                if routed.flush:
+                    self.flush()
+                self.cancelled += routed.cancelled
             self._wake()
-            for item in routed.now:
-                if type(item) is rpc.Pending:
-                    self.completed.append(item)
-                else:
-                    self.started.append(item)
-            hook = routed.hook
+            self._act(now or [])
+            hook = routed.hook if routed is not None else None
             if hook is None:
                 return
-            arrived, refused, resume = None, None, routed.resume
+            resume = routed.resume  # type: ignore[union-attr]
             self.hooks.append(hook)
             if type(hook) is rpc.Decoded:
                 self.handled.append((hook.method, hook.params))
                 hook.handler.fn(hook.params)
+                continue
+            try:
+                hook[1].on_arrival(hook[3], hook[0])
+                refused = None
+            except Exception as exc:
+                refused = exc
+            if (routed.placed and refused is None) or self.sched.arrived(hook, refused):  # type: ignore[union-attr]
+                self._act([hook])
+            self.flush()
+
+    def _act(self, now: list[Any]) -> None:
+        for item in now:
+            if type(item) is rpc.Pending:
+                self.completed.append(item)
             else:
-                arrived = hook
-                try:
-                    hook[1].on_arrival(hook[3], hook[0])
-                except Exception as exc:
-                    refused = exc
+                self.started.append(item)
 
     def eof(self) -> list[rpc.Pending]:
         failed, _ = self.sched.receive_eof()

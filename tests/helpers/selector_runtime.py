@@ -115,28 +115,32 @@ class SelectorConnection:
 
     def receive(self, lines: list[Any]) -> None:
         msgs = self.sched.decode_read(lines)
-        resume, arrived, refused = 0, None, None
+        resume = 0
         while True:
-            routed = self.sched.route(msgs, resume, arrived, refused)
-            if routed.flush:
+            now = self.sched.route(msgs, resume) or []
+            routed = self.sched.routed
+            if routed is not None:
                 self.write(self.sched.data_to_send())
-            for call in routed.cancelled:
-                call.cancelled = True  # type: ignore[attr-defined]
-            for item in routed.now:
+                for call in routed.cancelled:
+                    call.cancelled = True  # type: ignore[attr-defined]
+            for item in now:
                 if type(item) is not rpc.Pending:  # a Pending's outcome is set: its caller sees it
                     self.run_request(item)
             self.drain_woken()
-            if routed.hook is None:
+            if routed is None or routed.hook is None:
                 return
-            resume, arrived, refused = routed.resume, None, None
-            if type(routed.hook) is rpc.Decoded:
-                self.run_notification(routed.hook)
-            else:
-                arrived = routed.hook
-                try:
-                    routed.hook[1].on_arrival(routed.hook[3], routed.hook[0])
-                except Exception as exc:
-                    refused = exc
+            hook, resume = routed.hook, routed.resume
+            if type(hook) is rpc.Decoded:
+                self.run_notification(hook)
+                continue
+            try:
+                hook[1].on_arrival(hook[3], hook[0])
+                refused = None
+            except Exception as exc:
+                refused = exc
+            if (routed.placed and refused is None) or self.sched.arrived(hook, refused):  # type: ignore[union-attr]
+                self.run_request(hook)
+            self.write(self.sched.data_to_send())
 
     def drain_woken(self) -> None:
         """Drain every lane the scheduler woke, here and now (there is no other thread)."""
