@@ -973,6 +973,13 @@ def _parser() -> argparse.ArgumentParser:
     trace.add_argument(
         "--color", choices=("auto", "always", "never"), default="auto", help="colour errors (default: auto)"
     )
+    from .replay_cli import add_arguments as add_replay_arguments
+
+    add_replay_arguments(sub.add_parser(
+        "replay", help="play a recording back: as an agent on stdio, or with --client against an agent",
+        description="Serve a recorded agent on stdio (acp replay RECORDING), or drive an agent with a "
+        "recorded client (acp replay --client RECORDING -- AGENT...); exit status 1 when the peer diverged.",
+    ))
     return parser
 
 
@@ -1038,6 +1045,10 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace, agent: list[
         from .trace import run_trace
 
         return run_trace(args.file, html=args.html, color=args.color, out=out)
+    if args.command == "replay":
+        from .replay_cli import run as run_replay
+
+        return run_replay(args, agent, out)
     parser.print_help()
     return 2
 
