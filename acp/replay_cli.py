@@ -89,7 +89,7 @@ def run(args: argparse.Namespace, agent: Sequence[str], out: IO[str]) -> int:
             sys.stderr.flush()
 
         try:
-            replay = ReplayAgent(recording, on_divergence=on_divergence, **options)  # type: ignore[arg-type]
+            replay = ReplayAgent(recording, on_divergence=on_divergence, **options)
         except ValueError as exc:
             sys.stderr.write(f"acp replay: {exc}\n")
             return 1
