@@ -40,7 +40,7 @@ from typing import Any
 from .connection import Connection, InboundCall
 from .errors import INTERNAL_ERROR, AcpError, RequestError
 from .recording import AGENT, CLIENT, Message, Recording
-from .wirediff import Difference, Substitutions, compare, format_differences, short_json
+from .wirediff import Difference, Substitutions, agreement, compare, format_differences, short_json
 
 __all__ = ["DEFAULT_IGNORE", "DEFAULT_TIMEOUT", "Divergence", "ReplayDivergence", "Player", "describe"]
 
@@ -78,14 +78,16 @@ class Divergence:
     got: Any = None  # the live message, as {"method", "params"} / {"result"} / {"error"}
     differences: list[Difference] = field(default_factory=list)
     expected_next: Message | None = None  # for "unexpected": what the recording has next
+    sender: str | None = None  # who sent the live message ("agent" | "client")
 
     def __str__(self) -> str:
         if self.kind == "missing" and self.recorded is not None:
             head = f"missing: {describe(self.recorded)} never came"
             body = [f"  expected: {short_json(_payload(self.recorded), 300)}"]
         elif self.kind == "unexpected":
-            method = self.got.get("method") if isinstance(self.got, dict) else None
-            head = f"unexpected {method or 'message'}: not in the recording"
+            got = self.got if isinstance(self.got, dict) else {}
+            what = " ".join(x for x in (got.get("method") or "message", _update_kind(got.get("params"))) if x)
+            head = f"unexpected {what}{f' from the {self.sender}' if self.sender else ''}: not in the recording"
             body = [f"  got:      {short_json(self.got, 300)}"]
             if self.expected_next is not None:
                 body.append(f"  the recording has next: {describe(self.expected_next)}")
@@ -162,6 +164,7 @@ class Player:
             raise ValueError(f"speed must be positive (or None: as fast as possible), not {speed!r}")
         self.recording = recording
         self.role = role
+        self._peer = CLIENT if role == AGENT else AGENT
         self.strict = strict
         self.speed = speed
         self.timeout = timeout
@@ -400,7 +403,8 @@ class Player:
         """The recorded message of theirs that the live one is (matched), or None (unexpected)."""
         candidates = self._waiting_by.get((kind, method), [])[:_LOOKAHEAD]
         if not candidates:
-            self._diverge_locked(Divergence("unexpected", None, got, expected_next=self._next_due()))
+            self._diverge_locked(Divergence("unexpected", None, got, expected_next=self._next_due(),
+                                            sender=self._peer))
             return None
         first = self._theirs[candidates[0]]
         if kind == "notification":
@@ -416,8 +420,11 @@ class Player:
                     self.subst = trial
                     self._matched_locked(index)
                     return index
-            if _update_kind(params) != first.update_kind:
-                self._diverge_locked(Divergence("unexpected", None, got, expected_next=first))
+            # Not the next one changed but an extra one: another kind of update, or one that
+            # agrees with the next due in fewer than half of its members (ids not counted).
+            same, shared = agreement(self.subst.apply(first.params), params, self.ignore | {"sessionUpdate"})
+            if _update_kind(params) != first.update_kind or 2 * same < shared:
+                self._diverge_locked(Divergence("unexpected", None, got, expected_next=first, sender=self._peer))
                 return None
         self._check_locked(first, got)
         self._matched_locked(first.index)

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ID_KEYS", "Difference", "Substitutions", "compare", "format_differences", "short_json"]
+__all__ = ["ID_KEYS", "Difference", "Substitutions", "agreement", "compare", "format_differences", "short_json"]
 
 #: Members whose string values are identifiers handed out by one side and only referred to by
 #: the other: their values are mapped, never compared literally.
@@ -209,6 +209,29 @@ def _compare(
         return
     if isinstance(expected, (dict, list)) or isinstance(got, (dict, list)) or not _same_scalar(expected, got):
         found.append(Difference(path, "changed", expected, got))
+
+
+def agreement(expected: Any, got: Any, skip: Iterable[str] = ()) -> tuple[int, int]:
+    """How many of the leaf members both values have are equal, and how many they share
+    (members named in ``skip``, and identifiers, are not counted)."""
+    skipped = frozenset(skip) | ID_KEYS
+    counts = [0, 0]
+
+    def walk(a: Any, b: Any) -> None:
+        if isinstance(a, dict) and isinstance(b, dict):
+            for key in a.keys() & b.keys():
+                if key not in skipped:
+                    walk(a[key], b[key])
+        elif isinstance(a, list) and isinstance(b, list):
+            for x, y in zip(a, b, strict=False):
+                walk(x, y)
+        else:
+            counts[1] += 1
+            if not isinstance(a, (dict, list)) and not isinstance(b, (dict, list)) and _same_scalar(a, b):
+                counts[0] += 1
+
+    walk(expected, got)
+    return counts[0], counts[1]
 
 
 def short_json(value: Any, limit: int = 120) -> str:
