@@ -109,8 +109,24 @@ class _Schemas:
         error = self._jsonschema.exceptions.best_match(validator.iter_errors(value))
         if error is None:
             return None
+        error = self._meant(error)
         where = "/".join(str(p) for p in error.absolute_path)
         return f"{type_name}{' at ' + where if where else ''}: {error.message}"
+
+
+    def _meant(self, error: Any) -> Any:
+        """For a value that fits no variant of a union, the error of the variant it meant: the
+        one whose tag (a ``const`` or ``enum`` member) it matched."""
+        while error.context:
+            branches: dict[Any, list[Any]] = {}
+            for sub in error.context:
+                branches.setdefault(sub.relative_schema_path[0], []).append(sub)
+            meant = [errors for errors in branches.values()
+                     if not any(e.validator in ("const", "enum") for e in errors)]
+            if not meant:
+                break
+            error = self._jsonschema.exceptions.best_match(min(meant, key=len))
+        return error
 
 
 def find_schema_dir(explicit: str | None) -> str:
