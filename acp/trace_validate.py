@@ -180,7 +180,7 @@ def run_validate(path: str, *, schema_dir: str | None, out: IO[str]) -> int:
     checked = sum(1 for m in recording.messages if m.kind != "invalid")
     out.write(
         f"{checked} messages checked against protocol version {version or 1}"
-        f"{'' if version else ' (no initialize answer: assumed)'}: {len(violations)} violations\n"
+        f"{'' if version else ' (no initialize answer: assumed)'}: {len(violations)} violation{'' if len(violations) == 1 else 's'}\n"
     )
     out.flush()
     return 1 if violations or recording.problems else 0
