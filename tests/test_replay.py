@@ -35,6 +35,7 @@ from tests.helpers.replay_support import (
     run_async,
     run_sync,
 )
+from tests.helpers.schema_files import require_schema
 
 ACP = [sys.executable, "-m", "acp"]
 TS_AGENT = ["node", str(INTEROP_DIR / "agent.mjs")]
@@ -349,7 +350,9 @@ def test_trace_diff_ignores_the_typescript_agents_ids(ts_agent: tuple[Path, Obse
     path, _, _ = ts_agent
     again = Path(folder(tmp_path_factory, "ts-again")) / "again.jsonl"
     record([require_node(), str(INTEROP_DIR / "agent.mjs")], again, folder(tmp_path_factory, "ts-again-cwd"))
-    assert json.loads(path.read_text().splitlines()[-1]) != json.loads(again.read_text().splitlines()[-1]) or True
+    ids = [json.loads(line).get("msg", {}).get("params", {}).get("update", {}).get("toolCallId")
+           for text in (path.read_text(), again.read_text()) for line in text.splitlines() if "ts-call-" in line]
+    assert len(set(filter(None, ids))) == 2  # the agent's tool call ids (Date.now()) differ between the runs
     done = subprocess.run([*ACP, "trace", "--diff", str(path), str(again)], capture_output=True, text=True, timeout=WAIT)
     assert done.returncode == 0 and done.stdout.splitlines()[-1] == "no differences", done.stdout
 
@@ -390,3 +393,29 @@ def test_no_thread_left():
     assert "4 passed, 1 error" in done.stdout, done.stdout[-3000:]  # the error: at teardown
     assert "ERROR at teardown of test_agent_that_diverges" in done.stdout
     assert "missing: session/new request from the client (recording line 3) never came" in done.stdout
+
+
+# ---------------------------------------------------------------------------------- a third-party agent
+
+
+CODEX = ROOT / "tests" / "fixtures" / "codex-acp-0.16.0-auth-required.jsonl"
+
+
+def test_a_recorded_third_party_agent_traces_validates_and_replays(tmp_path: Path) -> None:
+    """npm @zed-industries/codex-acp 0.16.0 recorded through acp tap, offline: it answers
+    initialize (its members in its own order, env_var auth methods) and refuses session/new."""
+    trace = subprocess.run([*ACP, "trace", str(CODEX)], capture_output=True, text=True, timeout=WAIT)
+    assert "authMethods chatgpt, codex-api-key, openai-api-key" in trace.stdout
+    assert "error -32000 Authentication required" in trace.stdout
+    schema_dir = require_schema()
+    valid = subprocess.run([*ACP, "trace", "--validate", "--schema", str(schema_dir), str(CODEX)],
+                           capture_output=True, text=True, timeout=WAIT)
+    assert valid.returncode == 0 and valid.stdout.endswith(": 0 violations\n"), valid.stdout
+    with ReplayAgent.from_recording(CODEX, speed=None, timeout=WAIT) as replay:
+        with acp.SyncClient.builder().transport(replay.transport()).build() as client:
+            answer = client.initialize()
+            assert answer.agent_info is not None and answer.agent_info.name == "codex-acp"
+            with pytest.raises(acp.RequestError) as refused:
+                client.new_session(cwd=str(tmp_path))
+            assert refused.value.code == -32000
+        replay.verify()
