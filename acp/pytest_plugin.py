@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 
@@ -26,6 +26,19 @@ if TYPE_CHECKING:  # only for the annotations: acp.replay is imported when a fix
     from .replay import ReplayAgent, ReplayClient
 
 __all__ = ["replay_agent", "replay_client"]
+
+_R = TypeVar("_R", "ReplayAgent", "ReplayClient")
+
+
+def _maker(cls: type[_R], made: list[_R]) -> Callable[..., _R]:
+    """``make(path, **options)``: ``cls.from_recording(path, **options)``, kept in ``made``."""
+
+    def make(path: str | os.PathLike[str], **options: Any) -> _R:
+        replay = cls.from_recording(path, **options)
+        made.append(replay)
+        return replay
+
+    return make
 
 
 @pytest.fixture
@@ -35,13 +48,7 @@ def replay_agent() -> Iterator[Callable[..., ReplayAgent]]:
     from .replay import ReplayAgent
 
     made: list[ReplayAgent] = []
-
-    def make(path: str | os.PathLike[str], **options: Any) -> ReplayAgent:
-        agent = ReplayAgent.from_recording(path, **options)
-        made.append(agent)
-        return agent
-
-    yield make
+    yield _maker(ReplayAgent, made)
     for agent in made:
         agent.close()
     try:
@@ -59,12 +66,6 @@ def replay_client() -> Iterator[Callable[..., ReplayClient]]:
     from .replay import ReplayClient
 
     made: list[ReplayClient] = []
-
-    def make(path: str | os.PathLike[str], **options: Any) -> ReplayClient:
-        client = ReplayClient.from_recording(path, **options)
-        made.append(client)
-        return client
-
-    yield make
+    yield _maker(ReplayClient, made)
     for client in made:
         client.close()

@@ -87,34 +87,10 @@ class MethodLatency:
 
 
 @dataclass
-class Trace:
-    """A whole recording: its messages, turns, and the lines that could not be read."""
+class Trace(Recording):
+    """A whole recording (its messages, the lines that could not be read), with its turns."""
 
-    source: str
-    messages: list[Message]
-    turns: list[Turn]
-    problems: list[str]
-    timed: bool = True
-    recording: Recording | None = None
-
-    @property
-    def sessions(self) -> list[str]:
-        """Every session id seen, in order of appearance."""
-        seen: dict[str, None] = {}
-        for message in self.messages:
-            if message.session is not None:
-                seen.setdefault(message.session)
-        return list(seen)
-
-    @property
-    def methods(self) -> list[str]:
-        """Every method seen, sorted."""
-        return sorted({m.method for m in self.messages if m.method})
-
-    @property
-    def unanswered(self) -> list[Message]:
-        """Requests that got no answer in the recording."""
-        return [m for m in self.messages if m.kind == "request" and m.pair is None]
+    turns: list[Turn] = field(default_factory=list)
 
 
 def load_trace(path: str | os.PathLike[str]) -> Trace:
@@ -131,7 +107,7 @@ def _trace(recording: Recording) -> Trace:
     messages = recording.messages
     for message in messages:
         message.summary = _summary(message, messages)
-    return Trace(recording.source, messages, _turns(messages), recording.problems, recording.timed, recording)
+    return Trace(recording.source, messages, recording.problems, recording.timed, _turns(messages))
 
 
 def _summary(message: Message, messages: list[Message]) -> str:
