@@ -22,8 +22,11 @@ Subcommands:
 ``acp tap [--out PATH] -- AGENT COMMAND...``
     A transparent recording proxy to launch in place of an agent (see :mod:`acp.tap`).
 
-``acp trace FILE [--html OUT]``
-    What happened in a recording, one line per message (see :mod:`acp.trace`).
+``acp trace FILE [--html OUT] [--validate] | acp trace --diff A B``
+    What happened in a recording: messages, turns, latencies (see :mod:`acp.trace_cli`).
+
+``acp replay RECORDING | acp replay --client RECORDING -- AGENT COMMAND...``
+    A recording played back as an agent on stdio, or as a client (see :mod:`acp.replay_cli`).
 
 ``chat`` and ``check`` take the agent from the environment (:mod:`acp.client.settings`: ``ACP_AGENT_COMMAND`` or
 ``ACP_AGENT_URL``...) when neither ``--url`` nor a command is given. ``--url`` still takes
@@ -962,17 +965,22 @@ def _parser() -> argparse.ArgumentParser:
         help="the recording (a file, or a folder for one new file per run; "
         "default: a new file under ~/.cache/acp/taps/)",
     )
-    trace = sub.add_parser(
+    from .trace_cli import add_arguments as add_trace_arguments
+
+    add_trace_arguments(sub.add_parser(
         "trace",
-        help="show what happened in a recording: acp trace FILE [--html OUT]",
-        description="Read a recording (acp tap, acp chat --record, a wire tap's JSONL) and show one line "
-        "per message, with requests paired to their answers.",
-    )
-    trace.add_argument("file", metavar="FILE", help="the JSONL recording")
-    trace.add_argument("--html", metavar="OUT", help="also write a self-contained HTML page to OUT")
-    trace.add_argument(
-        "--color", choices=("auto", "always", "never"), default="auto", help="colour errors (default: auto)"
-    )
+        help="show what happened in a recording: acp trace FILE [--html OUT] [--validate] [--diff A B]",
+        description="Read a recording (acp tap, acp chat --record, a wire tap's JSONL, plain JSON-RPC NDJSON) "
+        "and show each message, each turn in wire order and the latencies; or check it against the schema "
+        "(--validate), or compare two (--diff A B).",
+    ))
+    from .replay_cli import add_arguments as add_replay_arguments
+
+    add_replay_arguments(sub.add_parser(
+        "replay", help="play a recording back: as an agent on stdio, or with --client against an agent",
+        description="Serve a recorded agent on stdio (acp replay RECORDING), or drive an agent with a "
+        "recorded client (acp replay --client RECORDING -- AGENT...); exit status 1 when the peer diverged.",
+    ))
     return parser
 
 
@@ -1035,9 +1043,13 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace, agent: list[
     if args.command == "trace":
         if agent:
             parser.error("trace takes no agent command")
-        from .trace import run_trace
+        from .trace_cli import run as run_trace
 
-        return run_trace(args.file, html=args.html, color=args.color, out=out)
+        return run_trace(args, out)
+    if args.command == "replay":
+        from .replay_cli import run as run_replay
+
+        return run_replay(args, agent, out)
     parser.print_help()
     return 2
 

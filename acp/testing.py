@@ -22,6 +22,10 @@ whose handlers script the answers, and :func:`connect` your client's builder to 
 
 :class:`MemoryFiles` serves ``fs/*`` requests from a dict, so an agent's file handling can be
 tested without touching the disk.
+
+Recorded sessions (``acp tap``) as test doubles: :class:`ReplayAgent` answers a client as the
+recorded agent did, :class:`ReplayClient` drives an agent as the recorded client did (see
+:mod:`acp.replay`; the pytest fixtures ``replay_agent`` / ``replay_client`` make them).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from . import schema
 from .agent import AgentConnection, SyncAgent
 from .client import SyncClient, SyncClientBuilder
 from .errors import INVALID_PARAMS, RequestError
+from .replay import ReplayAgent, ReplayClient, ReplayDivergence, ReplayReport
 from .transport import FdTransport, memory_pair
 
 __all__ = [
@@ -45,6 +50,10 @@ __all__ = [
     "ScriptedPermissions",
     "PermissionAnswer",
     "MemoryFiles",
+    "ReplayAgent",
+    "ReplayClient",
+    "ReplayDivergence",
+    "ReplayReport",
 ]
 
 DEFAULT_CLOSE_TIMEOUT = 10.0

@@ -1,57 +1,63 @@
-"""``acp trace FILE``: what happened in a recording, one line per message.
+"""What happened in a recording: messages described, prompt turns reassembled, latencies measured.
 
-Reads the JSONL that :class:`~acp.wiretap.JsonlWireTap`, ``acp chat --record`` and ``acp tap``
-write (``{"t": seconds, "dir": "out" | "in", "msg": {...}}``, or ``"raw"`` for a line that was not
-JSON). Who sent what is worked out from the messages themselves (the side that sent
-``initialize`` is the client), so a recording made on either side reads the same. Requests are
-paired with their answers (and the latency between them), messages carry their session, prompt
-turns are reassembled (the streamed reply text, thoughts, tool calls and the stop reason), and
-``--html OUT`` renders all of it as one self-contained page (:mod:`acp.trace_html`).
+Built on :mod:`acp.recording` (which reads the file and pairs requests with answers), this adds
+what a person wants to see: a one-line summary of each message, each ``session/prompt`` turn as
+the events it consisted of **in wire order** (the streamed text and thoughts, tool calls and
+their status changes, plans, the agent's requests such as permission and their answers,
+``session/cancel``), with consecutive chunks merged into one event (a 20,000-chunk reply is one
+event with a count), the time to the first update of each turn, and per method the count and
+p50 / p90 / max of request → answer.
+
+The terminal view is :mod:`acp.trace_text`, the HTML page :mod:`acp.trace_html`, the command
+``acp trace`` :mod:`acp.trace_cli`; configuration flows from the command to these, never back.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import Any
 
-__all__ = ["Message", "Turn", "Trace", "load_trace", "run_trace"]
+from .recording import AGENT, CLIENT, Message, Recording, load_recording, read_recording
 
-CLIENT = "client"
-AGENT = "agent"
-_ARROWS = {CLIENT: "C→A", AGENT: "A→C"}
+__all__ = [
+    "CLIENT", "AGENT", "Message", "Turn", "TurnEvent", "Trace", "MethodLatency",
+    "load_trace", "analyse", "method_latencies", "chunk_runs", "CHUNK_KINDS", "COLLAPSE_RUN",
+]
+
 _SNIPPET = 60
+#: The ``session/update`` kinds that stream text, merged into one event when consecutive.
+CHUNK_KINDS = {"agent_message_chunk": "text", "agent_thought_chunk": "thought", "user_message_chunk": "user"}
+#: Runs of at least this many consecutive chunks (one kind, one session) show as one row.
+COLLAPSE_RUN = 5
 
 
 @dataclass
-class Message:
-    """One recorded line, decoded and placed in the conversation."""
+class TurnEvent:
+    """One thing that happened during a turn, in wire order.
 
-    index: int
-    t: float
-    direction: str  # as recorded: "out" | "in"
-    sender: str  # "client" | "agent"
-    kind: str  # "request" | "notification" | "result" | "error" | "invalid"
-    method: str | None = None  # for an answer: its request's method
-    id: Any = None
-    session: str | None = None
-    msg: Any = None  # the decoded message (None for a line that was not JSON)
-    raw: str | None = None
-    pair: int | None = None  # the index of the request's answer, or of the answer's request
-    latency: float | None = None  # seconds from the request to its answer (on both of them)
-    summary: str = ""
+    ``kind``: ``text`` / ``thought`` / ``user`` (chunks, ``count`` of them merged), ``tool_call``,
+    ``tool_update``, ``plan``, ``request`` (the agent asked the client: permission, files,
+    terminals...), ``answer`` (the client's answer to it), ``cancel`` (the client's
+    ``session/cancel``) or ``update`` (any other update: notices, modes, usage...).
+    """
 
-    @property
-    def is_error(self) -> bool:
-        """An error answer, or a line that is not a JSON-RPC message."""
-        return self.kind in ("error", "invalid")
+    kind: str
+    text: str  # what to show: the merged text, or a one-line description
+    first: int  # index of its (first) message
+    last: int  # index of its last message (== first unless merged)
+    t: float  # when its first message was recorded
+    count: int = 1
+    method: str | None = None  # for request / answer
+    status: str | None = None  # tool call status, or "error" for an error answer
 
 
 @dataclass
 class Turn:
-    """A ``session/prompt`` and what the agent streamed until it answered."""
+    """A ``session/prompt`` and what happened until it was answered."""
 
     request: int  # index of the session/prompt request
     session: str | None
@@ -63,156 +69,76 @@ class Turn:
     error: str | None = None
     answer: int | None = None
     duration: float | None = None
+    first_update: float | None = None  # seconds from the prompt to its first session/update
+    events: list[TurnEvent] = field(default_factory=list)
+    _titles: dict[str, str] = field(default_factory=dict, repr=False)
 
 
 @dataclass
-class Trace:
-    """A whole recording: its messages, turns, and the lines that could not be read."""
+class MethodLatency:
+    """Request → answer times of one method (seconds)."""
 
-    source: str
-    messages: list[Message]
-    turns: list[Turn]
-    problems: list[str]
+    method: str
+    asker: str  # "client" | "agent"
+    count: int
+    p50: float
+    p90: float
+    max: float
 
-    @property
-    def sessions(self) -> list[str]:
-        """Every session id seen, in order of appearance."""
-        seen: dict[str, None] = {}
-        for message in self.messages:
-            if message.session is not None:
-                seen.setdefault(message.session)
-        return list(seen)
 
-    @property
-    def methods(self) -> list[str]:
-        """Every method seen, sorted."""
-        return sorted({m.method for m in self.messages if m.method})
+@dataclass
+class Trace(Recording):
+    """A whole recording (its messages, the lines that could not be read), with its turns."""
 
-    @property
-    def unanswered(self) -> list[Message]:
-        """Requests that got no answer in the recording."""
-        return [m for m in self.messages if m.kind == "request" and m.pair is None]
+    turns: list[Turn] = field(default_factory=list)
 
 
 def load_trace(path: str | os.PathLike[str]) -> Trace:
     """Read and analyse the recording at ``path`` (raises ``OSError`` if it cannot be read)."""
-    with open(path, encoding="utf-8", errors="replace") as file:
-        return analyse(file, source=os.fspath(path))
+    return _trace(load_recording(path))
 
 
 def analyse(lines: Iterable[str], *, source: str = "-") -> Trace:
     """Analyse recording lines (see :func:`load_trace`)."""
-    entries: list[tuple[float, str, Any, str | None]] = []
-    problems: list[str] = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            entry = json.loads(line)
-            t, direction = float(entry["t"]), str(entry["dir"])
-        except (ValueError, KeyError, TypeError):
-            problems.append(f"line {number}: not a recording entry: {line.strip()[:80]}")
-            continue
-        if direction not in ("in", "out"):
-            problems.append(f"line {number}: unknown direction {direction!r}")
-            continue
-        entries.append((t, direction, entry.get("msg"), entry.get("raw")))
-    client_dir = _client_direction(entries)
-    messages = [
-        _message(index, t, direction, CLIENT if direction == client_dir else AGENT, msg, raw)
-        for index, (t, direction, msg, raw) in enumerate(entries)
-    ]
-    _pair(messages)
-    return Trace(source, messages, _turns(messages), problems)
+    return _trace(read_recording(lines, source=source))
 
 
-def _client_direction(entries: list[tuple[float, str, Any, str | None]]) -> str:
-    """The recorded direction of the client's messages: who sent ``initialize``, else the
-    opposite of who sent ``session/update``; a client's recording ("out") by default."""
-    for _, direction, msg, _ in entries:
-        if isinstance(msg, dict) and msg.get("method") == "initialize" and "id" in msg:
-            return direction
-    for _, direction, msg, _ in entries:
-        if isinstance(msg, dict) and msg.get("method") == "session/update":
-            return "in" if direction == "out" else "out"
-    return "out"
-
-
-def _message(index: int, t: float, direction: str, sender: str, msg: Any, raw: str | None) -> Message:
-    message = Message(index, t, direction, sender, "invalid", msg=msg, raw=raw)
-    if not isinstance(msg, dict):
-        message.summary = f"not a JSON-RPC message: {_snippet(raw if raw is not None else json.dumps(msg))}"
-        return message
-    message.id = msg.get("id")
-    method = msg.get("method")
-    params = msg.get("params")
-    if isinstance(method, str):
-        message.method = method
-        message.kind = "request" if "id" in msg else "notification"
-        message.session = _session_of(params)
-        message.summary = _describe_call(method, params)
-    elif "error" in msg:
-        message.kind = "error"
-        message.summary = _describe_error(msg.get("error"))
-    elif "result" in msg:
-        message.kind = "result"
-        result = msg.get("result")
-        message.session = _session_of(result)
-    else:
-        message.summary = "neither a request nor an answer"
-    return message
-
-
-def _session_of(value: Any) -> str | None:
-    if isinstance(value, dict):
-        session = value.get("sessionId")
-        if isinstance(session, str):
-            return session
-    return None
-
-
-def _key(value: Any) -> str:
-    return json.dumps(value, sort_keys=True)
-
-
-def _pair(messages: list[Message]) -> None:
-    pending: dict[tuple[str, str], Message] = {}
+def _trace(recording: Recording) -> Trace:
+    messages = recording.messages
     for message in messages:
-        if message.kind == "request":
-            pending[(message.sender, _key(message.id))] = message
-        elif message.kind in ("result", "error") and message.id is not None:
-            asker = AGENT if message.sender == CLIENT else CLIENT
-            request = pending.pop((asker, _key(message.id)), None)
-            if request is None:
-                continue
-            request.pair, message.pair = message.index, request.index
-            message.method = request.method
-            message.session = message.session or request.session
-            latency = max(0.0, message.t - request.t)
-            request.latency = message.latency = latency
-            if message.kind == "result":
-                message.summary = _describe_result(request.method, message.msg.get("result"))
+        message.summary = _summary(message, messages)
+    return Trace(recording.source, messages, recording.problems, recording.timed, _turns(messages))
+
+
+def _summary(message: Message, messages: list[Message]) -> str:
+    msg = message.msg
+    if message.kind == "invalid":
+        text = message.raw if message.raw is not None else json.dumps(msg)
+        return f"not a JSON-RPC message: {_snippet(text)}" if msg is None or not isinstance(msg, dict) \
+            else "neither a request nor an answer"
+    if message.kind in ("request", "notification"):
+        return _describe_call(message.method or "", msg.get("params"))
+    if message.kind == "error":
+        return _describe_error(msg.get("error"))
+    return _describe_result(message.method, msg.get("result")) if message.pair is not None else ""
+
+
+# ---------------------------------------------------------------------------------- turns
 
 
 def _turns(messages: list[Message]) -> list[Turn]:
     turns: list[Turn] = []
     open_turns: dict[str | None, Turn] = {}
+    by_request: dict[int, Turn] = {}
     for message in messages:
-        turn: Turn | None
         if message.kind == "request" and message.method == "session/prompt" and message.sender == CLIENT:
             params = message.msg.get("params") or {}
             turn = Turn(message.index, message.session, _prompt_text(params.get("prompt")))
             turns.append(turn)
-            open_turns[message.session] = turn
-        elif message.method == "session/update" and message.kind == "notification":
-            turn = open_turns.get(message.session)
-            update = (message.msg.get("params") or {}).get("update")
-            if turn is not None and isinstance(update, dict):
-                _add_update(turn, update)
-        elif message.kind in ("result", "error") and message.method == "session/prompt":
-            turn = next((t for t in turns if t.request == message.pair), None)
-            if turn is None:
-                continue
+            open_turns[message.session] = by_request[message.index] = turn
+            continue
+        if message.kind in ("result", "error") and message.method == "session/prompt" and message.pair in by_request:
+            turn = by_request[message.pair]
             turn.answer, turn.duration = message.index, message.latency
             if message.kind == "result":
                 result = message.msg.get("result")
@@ -221,17 +147,73 @@ def _turns(messages: list[Message]) -> list[Turn]:
                 turn.error = message.summary
             if open_turns.get(turn.session) is turn:
                 del open_turns[turn.session]
+            continue
+        found = open_turns.get(message.session)
+        if found is None and message.kind in ("result", "error") and message.pair is not None:
+            found = open_turns.get(messages[message.pair].session)
+        if found is not None:
+            _add_event(found, message, messages)
     return turns
 
 
-def _add_update(turn: Turn, update: dict[str, Any]) -> None:
-    kind = update.get("sessionUpdate")
-    if kind == "agent_message_chunk":
-        turn.reply += _block_text(update.get("content"))
-    elif kind == "agent_thought_chunk":
-        turn.thoughts += _block_text(update.get("content"))
+def _add_event(turn: Turn, message: Message, messages: list[Message]) -> None:
+    prompt_t = messages[turn.request].t
+    if message.kind == "notification" and message.method == "session/update":
+        if turn.first_update is None:
+            turn.first_update = max(0.0, message.t - prompt_t)
+        update = (message.msg.get("params") or {}).get("update")
+        if isinstance(update, dict):
+            _add_update(turn, message, update)
+    elif message.kind == "notification" and message.method == "session/cancel" and message.sender == CLIENT:
+        _append(turn, TurnEvent("cancel", "session/cancel", message.index, message.index, message.t))
+    elif message.kind == "request" and message.sender == AGENT:
+        _append(turn, TurnEvent("request", message.summary, message.index, message.index, message.t,
+                                method=message.method))
+    elif message.kind in ("result", "error") and message.sender == CLIENT and message.pair is not None:
+        text = message.summary or ("error" if message.kind == "error" else "ok")
+        _append(turn, TurnEvent("answer", text, message.index, message.index, message.t, method=message.method,
+                                status="error" if message.kind == "error" else None))
+
+
+def _add_update(turn: Turn, message: Message, update: dict[str, Any]) -> None:
+    kind = str(update.get("sessionUpdate", "?"))
+    index, t = message.index, message.t
+    if kind in CHUNK_KINDS:
+        text = _block_text(update.get("content"))
+        if kind == "agent_message_chunk":
+            turn.reply += text
+        elif kind == "agent_thought_chunk":
+            turn.thoughts += text
+        event_kind = CHUNK_KINDS[kind]
+        last = turn.events[-1] if turn.events else None
+        if last is not None and last.kind == event_kind:  # one event for a run of chunks
+            last.text += text
+            last.last = index
+            last.count += 1
+        else:
+            _append(turn, TurnEvent(event_kind, text, index, index, t))
     elif kind == "tool_call":
-        turn.tool_calls.append(f"{update.get('title', '?')} ({update.get('kind', 'other')})")
+        call_id, title = str(update.get("toolCallId", "?")), str(update.get("title", "?"))
+        turn._titles[call_id] = title
+        turn.tool_calls.append(f"{title} ({update.get('kind', 'other')})")
+        status = update.get("status")
+        _append(turn, TurnEvent("tool_call", f"{title} ({update.get('kind', 'other')})", index, index, t,
+                                status=str(status) if status else "pending"))
+    elif kind == "tool_call_update":
+        call_id = str(update.get("toolCallId", "?"))
+        title = update.get("title") or turn._titles.get(call_id, call_id)
+        status = update.get("status")
+        _append(turn, TurnEvent("tool_update", str(title), index, index, t, status=str(status) if status else None))
+    elif kind == "plan":
+        entries = [e for e in update.get("entries") or [] if isinstance(e, dict)]
+        text = "; ".join(f"[{e.get('status', '?')}] {e.get('content', '')}" for e in entries)
+        _append(turn, TurnEvent("plan", text or "(empty plan)", index, index, t))
+    else:
+        _append(turn, TurnEvent("update", message.summary or kind, index, index, t))
+
+
+def _append(turn: Turn, event: TurnEvent) -> None:
+    turn.events.append(event)
 
 
 def _block_text(block: Any) -> str:
@@ -248,6 +230,50 @@ def _prompt_text(blocks: Any) -> str:
     if not isinstance(blocks, list):
         return ""
     return "\n".join(_block_text(b) for b in blocks)
+
+
+def chunk_runs(messages: list[Message]) -> list[tuple[int, int]]:
+    """``(first, last)`` index of each run of :data:`COLLAPSE_RUN` or more consecutive chunks
+    of one kind and one session."""
+    runs: list[tuple[int, int]] = []
+    i = 0
+    while i < len(messages):
+        kind = messages[i].update_kind
+        j = i + 1
+        if kind in CHUNK_KINDS:
+            while j < len(messages) and messages[j].update_kind == kind and messages[j].session == messages[i].session:
+                j += 1
+        if j - i >= COLLAPSE_RUN:
+            runs.append((i, j - 1))
+        i = j
+    return runs
+
+
+# ---------------------------------------------------------------------------------- latency
+
+
+def _percentile(values: list[float], fraction: float) -> float:
+    """Nearest-rank percentile of sorted ``values``."""
+    rank = max(1, math.ceil(fraction * len(values)))
+    return values[rank - 1]
+
+
+def method_latencies(trace: Trace) -> list[MethodLatency]:
+    """Request → answer times per method and asking side, most frequent first."""
+    samples: dict[tuple[str, str], list[float]] = {}
+    for message in trace.messages:
+        if message.kind == "request" and message.latency is not None and message.method:
+            samples.setdefault((message.method, message.sender), []).append(message.latency)
+    stats = []
+    for (method, asker), values in samples.items():
+        values.sort()
+        stats.append(MethodLatency(method, asker, len(values), _percentile(values, 0.5),
+                                   _percentile(values, 0.9), values[-1]))
+    stats.sort(key=lambda s: (-s.count, s.method))
+    return stats
+
+
+# ---------------------------------------------------------------------------------- summaries
 
 
 def _snippet(text: str, limit: int = _SNIPPET) -> str:
@@ -306,6 +332,10 @@ def _describe_result(method: str | None, result: Any) -> str:
         return str(outcome.get("optionId") or outcome.get("outcome") or "")
     if method == "session/new":
         return str(result.get("sessionId", ""))
+    if method == "terminal/create":
+        return str(result.get("terminalId", ""))
+    if method == "terminal/wait_for_exit":
+        return f"exitCode {result.get('exitCode')}" + (f" signal {result['signal']}" if result.get("signal") else "")
     return ""
 
 
@@ -316,83 +346,3 @@ def _describe_error(error: Any) -> str:
     if error.get("data") is not None:
         text += f" data={_snippet(json.dumps(error['data'], ensure_ascii=False), 120)}"
     return text
-
-
-# ---------------------------------------------------------------------------------- terminal
-
-
-def format_line(message: Message, sessions: dict[str, int]) -> str:
-    """One message as a terminal line (without colour)."""
-    ident = ""
-    if message.kind == "request":
-        ident = f"#{_id_text(message.id)}"
-    elif message.kind in ("result", "error") and message.id is not None:
-        ident = f"#{_id_text(message.id)}↩"
-    session = f"[s{sessions[message.session]}]" if message.session in sessions else ""
-    method = message.method or ("(answer)" if message.kind in ("result", "error") else "")
-    latency = f"{message.latency * 1000:.1f} ms" if message.latency is not None and message.kind != "request" else ""
-    parts = [f"{message.t:9.3f}", _ARROWS[message.sender], f"{ident:>6}", f"{message.kind:<12}", method]
-    tail = " ".join(x for x in (session, message.summary, latency) if x)
-    if message.kind == "request" and message.pair is None:
-        tail = (tail + " (no answer)").strip()
-    return "  ".join(parts) + ("  " + tail if tail else "")
-
-
-def _id_text(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value)
-
-
-def run_trace(path: str, *, html: str | None, color: str, out: IO[str]) -> int:
-    """``acp trace``: print the recording at ``path`` (and write the HTML page to ``html``);
-    the exit status (1 if the file cannot be read)."""
-    try:
-        trace = load_trace(path)
-    except OSError as exc:
-        out.write(f"acp trace: cannot read {path}: {exc.strerror or exc}\n")
-        return 1
-    use_color = color == "always" or (color == "auto" and _isatty(out) and "NO_COLOR" not in os.environ)
-    sessions = {s: n for n, s in enumerate(trace.sessions, 1)}
-    for number, session in enumerate(trace.sessions, 1):
-        out.write(f"session s{number}: {session}\n")
-    for message in trace.messages:
-        line = format_line(message, sessions)
-        if use_color and message.is_error:
-            line = f"\x1b[31;1m{line}\x1b[0m"
-        elif use_color and message.kind == "request" and message.pair is None:
-            line = f"\x1b[33m{line}\x1b[0m"
-        out.write(line + "\n")
-    for problem in trace.problems:
-        out.write(f"warning: {problem}\n")
-    out.write(_summary(trace) + "\n")
-    if html is not None:
-        from .trace_html import render_html
-
-        try:
-            with open(html, "w", encoding="utf-8") as file:
-                file.write(render_html(trace))
-        except OSError as exc:
-            out.write(f"acp trace: cannot write {html}: {exc.strerror or exc}\n")
-            return 1
-        out.write(f"wrote {html}\n")
-    out.flush()
-    return 0
-
-
-def _summary(trace: Trace) -> str:
-    messages = trace.messages
-    requests = sum(1 for m in messages if m.kind == "request")
-    errors = sum(1 for m in messages if m.is_error)
-    span = messages[-1].t - messages[0].t if messages else 0.0
-    unanswered = len(trace.unanswered)
-    return (
-        f"{len(messages)} messages over {span:.3f} s: {requests} requests"
-        f" ({unanswered} unanswered), {errors} errors, {len(trace.sessions)} sessions, {len(trace.turns)} turns"
-    )
-
-
-def _isatty(out: IO[str]) -> bool:
-    try:
-        return out.isatty()
-    except (AttributeError, ValueError):
-        return False
-

@@ -15,7 +15,7 @@ import html
 import json
 from typing import Any
 
-from .trace import Trace
+from .trace import Trace, chunk_runs, method_latencies
 
 __all__ = ["render_html"]
 
@@ -26,6 +26,7 @@ def page_data(trace: Trace) -> dict[str, Any]:
     return {
         "source": trace.source,
         "span": (messages[-1].t if messages else 0.0),
+        "timed": trace.timed,
         "sessions": trace.sessions,
         "methods": trace.methods,
         "problems": trace.problems,
@@ -33,17 +34,28 @@ def page_data(trace: Trace) -> dict[str, Any]:
             {
                 "i": m.index, "t": m.t, "from": m.sender, "kind": m.kind, "method": m.method,
                 "id": m.id, "session": m.session, "pair": m.pair, "latency": m.latency,
-                "summary": m.summary, "body": m.msg if m.msg is not None else m.raw,
+                "summary": m.summary, "body": m.msg if m.msg is not None else m.raw, "line": m.line,
             }
             for m in messages
         ],
+        # Runs of consecutive chunks of one kind and session: [first, last, update kind].
+        "groups": [[first, last, messages[first].update_kind] for first, last in chunk_runs(messages)],
         "turns": [
             {
                 "request": t.request, "answer": t.answer, "session": t.session, "prompt": t.prompt,
                 "reply": t.reply, "thoughts": t.thoughts, "tools": t.tool_calls,
-                "stop": t.stop_reason, "error": t.error, "duration": t.duration,
+                "stop": t.stop_reason, "error": t.error, "duration": t.duration, "first": t.first_update,
+                "events": [
+                    {"kind": e.kind, "text": e.text, "first": e.first, "last": e.last, "count": e.count,
+                     "method": e.method, "status": e.status, "t": e.t}
+                    for e in t.events
+                ],
             }
             for t in trace.turns
+        ],
+        "latency": [
+            {"method": s.method, "asker": s.asker, "count": s.count, "p50": s.p50, "p90": s.p90, "max": s.max}
+            for s in method_latencies(trace)
         ],
     }
 
@@ -141,6 +153,23 @@ tr.detail td { background: var(--panel); padding: 8px 12px 10px 40px; }
 .turn .thoughts { white-space: pre-wrap; color: var(--muted); font-style: italic; }
 .turn .stop.error { color: var(--err); font-weight: 600; }
 .muted { color: var(--muted); }
+.ev { margin: 2px 0; }
+.ev .tag { display: inline-block; min-width: 92px; color: var(--muted); font-size: 12px; }
+.ev.text .body { white-space: pre-wrap; }
+.ev.thought .body { white-space: pre-wrap; color: var(--muted); font-style: italic; }
+.ev details { display: inline-block; vertical-align: top; }
+.ev details summary { cursor: pointer; color: var(--muted); }
+.ev details .body { display: block; white-space: pre-wrap; max-height: 24em; overflow: auto; }
+.status { font-size: 12px; padding: 0 6px; border-radius: 8px; background: var(--panel); border: 1px solid var(--line); }
+.status.completed { color: var(--agent); } .status.failed, .status.error { color: var(--err); }
+.ev.request .body, .ev.answer .body, .ev.cancel .body { font-family: ui-monospace, Menlo, Consolas, monospace; font-size: 12.5px; }
+tr.msg.group td.summary { font-style: italic; }
+.stats-tables { padding: 0 20px; display: flex; flex-wrap: wrap; gap: 24px; align-items: flex-start; }
+.stats-tables table { width: auto; }
+.stats-tables td.num { text-align: right; font-variant-numeric: tabular-nums; }
+.chart { display: grid; grid-template-columns: max-content 240px max-content; gap: 3px 8px; align-items: center; }
+.chart .barbox { background: var(--panel); height: 10px; border-radius: 5px; position: relative; }
+.chart .barbox span { position: absolute; left: 0; top: 0; height: 10px; border-radius: 5px; background: var(--agent); min-width: 2px; }
 </style>
 </head>
 <body>
@@ -151,6 +180,8 @@ tr.detail td { background: var(--panel); padding: 8px 12px 10px 40px; }
 <pre id="acp-errors" hidden></pre>
 <h2>Turns</h2>
 <div class="turns" id="turns"></div>
+<h2>Latency</h2>
+<div class="stats-tables" id="latency"></div>
 <h2>Messages</h2>
 <div class="filters">
   <label>session <select id="f-session"><option value="">all</option></select></label>
@@ -225,10 +256,13 @@ tr.detail td { background: var(--panel); padding: 8px 12px 10px 40px; }
     return row;
   }
 
-  // ---- message rows
+  // ---- message rows (runs of chunks are one row until expanded)
   var tbody = document.getElementById("rows");
-  var rows = [];
-  messages.forEach(function (m) {
+  var entries = [];  // {tr, first, last}: a message row, or a collapsed run of them
+  var groupAt = {};
+  data.groups.forEach(function (g) { groupAt[g[0]] = g; });
+
+  function messageRow(m) {
     var tr = el("tr", "msg " + m.kind + (m.kind === "error" || m.kind === "invalid" ? " error" : ""));
     tr.id = "m" + m.i;
     tr.dataset.index = m.i;
@@ -258,16 +292,8 @@ tr.detail td { background: var(--panel); padding: 8px 12px 10px 40px; }
     if (m.kind === "request" && m.pair === null) summary = (summary + " (no answer)").trim();
     tr.appendChild(el("td", "summary", summary));
     tr.appendChild(el("td", "lat", m.kind === "request" ? "" : ms(m.latency)));
-    var bar = el("td", "bar");
-    var track = el("div", "track");
-    var mark = el("span", m.kind === "error" || m.kind === "invalid" ? "error" : m.from);
-    var start = m.kind === "request" || m.latency === null ? m.t : m.t - m.latency;
-    mark.style.left = (100 * start / span).toFixed(3) + "%";
-    var width = m.latency !== null ? 100 * m.latency / span : 0;
-    mark.style.width = Math.min(width, 100 - 100 * start / span).toFixed(3) + "%";
-    track.appendChild(mark);
-    bar.appendChild(track);
-    tr.appendChild(bar);
+    tr.appendChild(timelineCell(m.kind === "request" || m.latency === null ? m.t : m.t - m.latency,
+                                m.latency, m.kind === "error" || m.kind === "invalid" ? "error" : m.from));
     var detail = null;
     tr.addEventListener("click", function () {
       if (detail) { detail.remove(); detail = null; return; }
@@ -280,12 +306,77 @@ tr.detail td { background: var(--panel); padding: 8px 12px 10px 40px; }
       detail.appendChild(cell);
       tr.after(detail);
     });
-    tbody.appendChild(tr);
-    rows.push(tr);
-  });
+    return tr;
+  }
+
+  function timelineCell(start, width, cls) {
+    var bar = el("td", "bar");
+    var track = el("div", "track");
+    var mark = el("span", cls);
+    mark.style.left = (100 * start / span).toFixed(3) + "%";
+    var w = width !== null && width !== undefined ? 100 * width / span : 0;
+    mark.style.width = Math.max(0, Math.min(w, 100 - 100 * start / span)).toFixed(3) + "%";
+    track.appendChild(mark);
+    bar.appendChild(track);
+    return bar;
+  }
+
+  function groupRow(g) {
+    var first = messages[g[0]], last = messages[g[1]], count = g[1] - g[0] + 1;
+    var tr = el("tr", "msg notification group");
+    tr.id = "m" + g[0];
+    tr.dataset.index = g[0];
+    tr.dataset.first = g[0];
+    tr.dataset.last = g[1];
+    tr.dataset.method = first.method || "";
+    tr.dataset.session = first.session || "";
+    tr.dataset.kind = first.kind;
+    tr.appendChild(el("td", "t", first.t.toFixed(3)));
+    tr.appendChild(el("td", "dir " + first.from, first.from === "client" ? "client → agent" : "agent → client"));
+    tr.appendChild(el("td", "id", "×" + count));
+    tr.appendChild(el("td", "kind", first.kind));
+    tr.appendChild(el("td", "method", first.method || ""));
+    tr.appendChild(el("td", "session", first.session ? sessionNames[first.session] : ""));
+    tr.appendChild(el("td", "summary", g[2] + " ×" + count + " over " + ms(last.t - first.t) + " (click to show each)"));
+    tr.appendChild(el("td", "lat", ""));
+    tr.appendChild(timelineCell(first.t, last.t - first.t, first.from));
+    var shown = null;
+    tr.addEventListener("click", function () {
+      if (shown) { shown.forEach(function (r) { r.remove(); }); shown = null; return; }
+      shown = [];
+      var after = tr;
+      for (var i = g[0]; i <= g[1]; i++) {  // built on demand: a 20,000-chunk run costs nothing until asked
+        var row = messageRow(messages[i]);
+        row.classList.add("in-group");
+        after.after(row);
+        after = row;
+        shown.push(row);
+      }
+    });
+    return tr;
+  }
+
+  for (var n = 0; n < messages.length; n++) {
+    var g = groupAt[n];
+    if (g) {
+      var row = groupRow(g);
+      tbody.appendChild(row);
+      entries.push({tr: row, m: messages[n], count: g[1] - g[0] + 1});
+      n = g[1];
+    } else {
+      var single = messageRow(messages[n]);
+      tbody.appendChild(single);
+      entries.push({tr: single, m: messages[n], count: 1});
+    }
+  }
 
   function jump(index) {
     var target = document.getElementById("m" + index);
+    if (!target) {  // inside a collapsed run: open it first
+      var owner = data.groups.filter(function (g) { return g[0] <= index && index <= g[1]; })[0];
+      var head = owner && document.getElementById("m" + owner[0]);
+      if (head) { head.click(); target = document.getElementById("m" + index); }
+    }
     if (!target) return;
     target.hidden = false;
     target.scrollIntoView({block: "center"});
@@ -294,8 +385,11 @@ tr.detail td { background: var(--panel); padding: 8px 12px 10px 40px; }
   }
 
   // ---- turns
+  // Each turn in wire order: what the agent streamed, did and asked, interleaved as it happened.
   var turnsBox = document.getElementById("turns");
   if (!data.turns.length) turnsBox.appendChild(el("div", "muted", "no session/prompt in this recording"));
+  var tags = {text: "agent", thought: "thought", user: "user", tool_call: "tool call", tool_update: "tool update",
+              plan: "plan", request: "agent asks", answer: "client answers", cancel: "client", update: "update"};
   data.turns.forEach(function (turn, n) {
     var box = el("div", "turn");
     box.dataset.request = turn.request;
@@ -305,16 +399,73 @@ tr.detail td { background: var(--panel); padding: 8px 12px 10px 40px; }
     link.addEventListener("click", function (e) { e.preventDefault(); jump(turn.request); });
     head.appendChild(link);
     head.appendChild(document.createTextNode(" · " + (turn.session ? sessionNames[turn.session] + " (" + turn.session + ")" : "no session")
-      + (turn.duration !== null ? " · " + ms(turn.duration) : "")));
+      + (data.timed && turn.duration !== null ? " · " + ms(turn.duration) : "")
+      + (data.timed && turn.first !== null ? " · first update after " + ms(turn.first) : "")));
     box.appendChild(head);
     box.appendChild(el("div", "prompt", "you> " + turn.prompt));
-    if (turn.thoughts) box.appendChild(el("div", "thoughts", turn.thoughts));
-    turn.tools.forEach(function (t) { box.appendChild(el("div", "muted", "[tool] " + t)); });
-    box.appendChild(el("div", "reply", turn.reply || "(no reply text)"));
+    turn.events.forEach(function (e) {
+      var row = el("div", "ev " + e.kind);
+      row.dataset.first = e.first;
+      row.dataset.count = e.count;
+      row.appendChild(el("span", "tag", tags[e.kind] || e.kind));
+      var text = e.kind === "request" || e.kind === "answer" ? e.method + (e.text ? ": " + e.text : "") : e.text;
+      if (e.count > 1) {  // a run of chunks: one row, the text on demand
+        var more = el("details");
+        more.appendChild(el("summary", null, e.count + " chunks · " + text.length + " characters: "
+          + (text.length > 80 ? text.slice(0, 79) + "…" : text)));
+        more.appendChild(el("span", "body", text));
+        row.appendChild(more);
+      } else {
+        row.appendChild(el("span", "body", text));
+      }
+      if (e.status) { row.appendChild(document.createTextNode(" ")); row.appendChild(el("span", "status " + e.status, e.status)); }
+      box.appendChild(row);
+    });
     var stop = turn.error ? turn.error : turn.stop ? "stop reason: " + turn.stop : "no answer";
     box.appendChild(el("div", "stop" + (turn.error || !turn.stop ? " error" : ""), stop));
     turnsBox.appendChild(box);
   });
+
+  // ---- latency per method, and time to first update per turn (a chart)
+  var latencyBox = document.getElementById("latency");
+  if (!data.timed) {
+    latencyBox.appendChild(el("div", "muted", "this recording has no times (plain JSON-RPC)"));
+  } else {
+    var table = el("table");
+    table.id = "latency-table";
+    var headRow = el("tr");
+    ["method", "asked by", "count", "p50", "p90", "max"].forEach(function (h) { headRow.appendChild(el("th", null, h)); });
+    table.appendChild(headRow);
+    data.latency.forEach(function (s) {
+      var tr = el("tr");
+      tr.dataset.method = s.method;
+      tr.appendChild(el("td", "method", s.method));
+      tr.appendChild(el("td", null, s.asker));
+      tr.appendChild(el("td", "num", String(s.count)));
+      [s.p50, s.p90, s.max].forEach(function (v) { tr.appendChild(el("td", "num", ms(v))); });
+      table.appendChild(tr);
+    });
+    if (data.latency.length) latencyBox.appendChild(table);
+    var firsts = data.turns.map(function (t, n) { return [n + 1, t.first]; }).filter(function (p) { return p[1] !== null; });
+    if (firsts.length) {
+      var chart = el("div", "chart");
+      chart.id = "first-update-chart";
+      chart.appendChild(el("div", "muted", "turn"));
+      chart.appendChild(el("div", "muted", "time to first update"));
+      chart.appendChild(el("div"));
+      var longest = Math.max.apply(null, firsts.map(function (p) { return p[1]; })) || 1;
+      firsts.forEach(function (p) {
+        chart.appendChild(el("div", null, "turn " + p[0]));
+        var box = el("div", "barbox");
+        var bar = el("span");
+        bar.style.width = (100 * p[1] / longest).toFixed(1) + "%";
+        box.appendChild(bar);
+        chart.appendChild(box);
+        chart.appendChild(el("div", "num", ms(p[1])));
+      });
+      latencyBox.appendChild(chart);
+    }
+  }
 
   // ---- filters
   var fSession = document.getElementById("f-session"), fMethod = document.getElementById("f-method");
@@ -332,15 +483,19 @@ tr.detail td { background: var(--panel); padding: 8px 12px 10px 40px; }
   function apply() {
     var session = fSession.value, method = fMethod.value, onlyErrors = fErrors.checked;
     var updates = fUpdates.checked, text = fText.value.toLowerCase(), shown = 0;
-    messages.forEach(function (m, n) {
+    entries.forEach(function (entry) {
+      var m = entry.m;
       var visible = (!session || m.session === session) && (!method || m.method === method)
         && (!onlyErrors || m.kind === "error" || m.kind === "invalid")
         && (updates || method === "session/update" || m.method !== "session/update")
         && (!text || (m.summary + " " + (m.method || "")).toLowerCase().indexOf(text) >= 0);
-      rows[n].hidden = !visible;
-      var next = rows[n].nextElementSibling;
-      if (next && next.classList.contains("detail")) next.hidden = !visible;
-      if (visible) shown++;
+      entry.tr.hidden = !visible;
+      var next = entry.tr.nextElementSibling;
+      while (next && (next.classList.contains("detail") || next.classList.contains("in-group"))) {
+        next.hidden = !visible;
+        next = next.nextElementSibling;
+      }
+      if (visible) shown += entry.count;
     });
     document.getElementById("shown").textContent = shown + " of " + messages.length + " shown";
     document.body.dataset.shown = shown;

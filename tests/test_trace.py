@@ -131,31 +131,45 @@ class _Dom(html.parser.HTMLParser):
         self.rows: list[dict[str, str | None]] = []
         self.errors_box: dict[str, str | None] | None = None
         self.errors_text = ""
-        self.turn_replies: list[str] = []
+        self.turn_texts: list[str] = []  # the agent's text events of each turn, joined
+        self.turn_events: list[list[tuple[str, int]]] = []  # (kind, count) of each turn's events
+        self.latency_methods: list[str] = []
+        self.chart_bars = 0
         self._capture: str | None = None
+        self._event: str | None = None
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         a = dict(attrs)
+        classes = (a.get("class") or "").split()
         if tag == "body":
             self.body = a
-        elif tag == "tr" and "msg" in (a.get("class") or "").split():
+        elif tag == "tr" and "msg" in classes:
             self.rows.append(a)
+        elif tag == "tr" and a.get("data-method") and not classes:
+            self.latency_methods.append(a["data-method"] or "")
         elif tag == "pre" and a.get("id") == "acp-errors":
             self.errors_box = a
             self._capture = "errors"
-        elif tag == "div" and a.get("class") == "reply":
-            self._capture = "reply"
-            self.turn_replies.append("")
+        elif tag == "div" and classes == ["turn"]:
+            self.turn_texts.append("")
+            self.turn_events.append([])
+        elif tag == "div" and classes[:1] == ["ev"]:
+            self._event = classes[1]
+            self.turn_events[-1].append((classes[1], int(a.get("data-count") or 1)))
+        elif tag == "span" and classes == ["body"] and self._event == "text":
+            self._capture = "text"
+        elif tag == "div" and classes == ["barbox"]:
+            self.chart_bars += 1
 
     def handle_endtag(self, tag: str) -> None:
-        if tag in ("pre", "div"):
+        if tag in ("pre", "span"):
             self._capture = None
 
     def handle_data(self, data: str) -> None:
         if self._capture == "errors":
             self.errors_text += data
-        elif self._capture == "reply":
-            self.turn_replies[-1] += data
+        elif self._capture == "text":
+            self.turn_texts[-1] += data
 
 
 def load_in_browser(browser: str, page: Path, profile: Path, fragment: str = "") -> tuple[_Dom, list[str]]:
@@ -182,8 +196,13 @@ def page_problems(dom: _Dom, console: list[str], expected_rows: int) -> list[str
         problems.append("no #acp-errors element")
     elif "hidden" not in dom.errors_box or dom.errors_text.strip():
         problems.append(f"page errors: {dom.errors_text.strip()!r}")
-    indexes = [row.get("data-index") for row in dom.rows]
-    missing = sorted(set(map(str, range(expected_rows))) - set(i for i in indexes if i is not None), key=int)
+    covered: set[str] = set()
+    for row in dom.rows:  # a message's own row, or the row of the run of chunks it is in
+        if row.get("data-first") is not None:
+            covered.update(map(str, range(int(row["data-first"] or 0), int(row["data-last"] or 0) + 1)))
+        elif row.get("data-index") is not None:
+            covered.add(row["data-index"] or "")
+    missing = sorted(set(map(str, range(expected_rows))) - covered, key=int)
     if missing:
         problems.append(f"rows missing: {missing}")
     return problems
@@ -204,8 +223,13 @@ def test_trace_html_loads_in_a_real_browser(browser: str, chat_recording: Path, 
         row = by_index[str(message.index)]
         assert row["data-method"] == (message.method or "") and row["data-kind"] == message.kind
     assert "error" in (by_index[str(next(m.index for m in trace.messages if m.kind == "error"))]["class"] or "")
-    assert dom.turn_replies[0] == "chunk 1/3\nchunk 2/3\nchunk 3/3\n"
-    assert dom.turn_replies[3] == "</script><b>not markup</b>"  # shown as text, never run as markup
+    assert dom.turn_texts[0] == "chunk 1/3\nchunk 2/3\nchunk 3/3\n"
+    assert dom.turn_events[0] == [("update", 1), ("text", 3)]  # session_info_update, then 3 chunks as one
+    kinds = [kind for kind, _ in dom.turn_events[1]]  # the permission turn, in wire order
+    assert kinds == ["tool_call", "request", "answer", "tool_update", "text"]
+    assert dom.turn_texts[3] == "</script><b>not markup</b>"  # shown as text, never run as markup
+    assert {"session/prompt", "session/request_permission", "initialize"} <= set(dom.latency_methods)
+    assert dom.chart_bars == sum(1 for t in trace.turns if t.first_update is not None) == 3  # time to first update
     assert dom.body.get("data-shown") == str(len(trace.messages))
 
     # The filters, preset from the location hash: one method, one session, errors only.
@@ -225,7 +249,7 @@ def test_the_browser_check_catches_a_missing_row_and_a_script_error(
 ) -> None:
     trace = load_trace(chat_recording)
     good = render_html(trace)
-    no_row = good.replace("tbody.appendChild(tr);", "if (m.i !== 4) tbody.appendChild(tr);")
+    no_row = good.replace("tbody.appendChild(single);", "if (n !== 4) tbody.appendChild(single);")
     failing = good.replace("// ---- turns", "undefinedFunction();")
     logged = good.replace("// ---- turns", 'console.error("something broke");')
     assert no_row != good and failing != good and logged != good
