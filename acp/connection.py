@@ -35,21 +35,21 @@ What threads add to the scheduler's rules, all about waking threads less often:
 from __future__ import annotations
 
 import functools
-import heapq
-import itertools
 import logging
 import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from queue import SimpleQueue
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any
 
-from . import rpc
+from . import polling, rpc
 from .errors import ConnectionClosedError, RequestCancelledError
 from .executor import HandlerPool
+from .housekeeper import Housekeeper, TimerHandle
+from .inbound import CancelSource, InboundCall, cancel_all
 from .rpc import scheduler as _sched
 from .transport.base import Transport
 
@@ -98,120 +98,7 @@ _DRAIN = _sched.DRAIN
 _FLUSH_NOW = _sched.FLUSH_NOW
 
 
-class CancelSource(Protocol):
-    """Something that can cancel a blocking call: ``on_cancel(fn)`` runs ``fn`` when it fires
-    (at once if it already has) and returns a function that unregisters ``fn`` (whatever that
-    function returns is ignored)."""
-
-    def on_cancel(self, callback: Callable[[], None]) -> Callable[[], object]: ...
-
-
 _USE_DEFAULT: Any = object()
-
-
-class TimerHandle:
-    """A callback scheduled with :meth:`Connection.call_later`."""
-
-    __slots__ = ("callback", "cancelled")
-
-    def __init__(self, callback: Callable[[], None]) -> None:
-        self.callback = callback
-        self.cancelled = False
-
-    def cancel(self) -> None:
-        """Do not run the callback (no effect once it has run)."""
-        self.cancelled = True
-
-
-class InboundCall(rpc.InboundRequest):
-    """One inbound request while its handler runs: its id, method and cancellation state.
-
-    ``cancelled`` is set when the peer sends ``$/cancel_request`` for it, when the input ends
-    (the peer is gone) and as soon as :meth:`Connection.close` starts; ``on_cancel`` callbacks
-    then run on the thread that cancelled it, so keep them short and non-blocking. After the
-    end of input or during a graceful close the request can still be answered
-    (:attr:`is_answered` tells).
-    """
-
-    __slots__ = ("connection", "_cancelled", "_callbacks")
-
-    def __init__(self, connection: Connection, call_id: rpc.RequestId, method: str) -> None:
-        # rpc.InboundRequest.__init__'s fields, set here: one call less per inbound request.
-        self.id = call_id
-        self.method = method
-        self.attachment = None
-        self._answered = False
-        self.connection = connection
-        self._cancelled: threading.Event | None = None
-        self._callbacks: list[Callable[[], None]] | None = None
-
-    @property
-    def cancelled(self) -> threading.Event:
-        """An event set once the request is cancelled."""
-        event = self._cancelled
-        if event is None:
-            with self.connection._state_lock:
-                if self._cancelled is None:
-                    self._cancelled = threading.Event()
-                event = self._cancelled
-        return event
-
-    @property
-    def is_cancelled(self) -> bool:
-        """True once the request was cancelled."""
-        event = self._cancelled
-        return event is not None and event.is_set()
-
-    def on_cancel(self, callback: Callable[[], None]) -> None:
-        """Run ``callback`` when the request is cancelled (at once if it already is)."""
-        lock = self.connection._state_lock
-        lock.acquire()  # acquire/release rather than ``with``: every prompt turn registers one
-        event = self._cancelled
-        if event is None or not event.is_set():
-            callbacks = self._callbacks
-            if callbacks is None:
-                self._callbacks = [callback]
-            else:
-                callbacks.append(callback)
-            lock.release()
-            return
-        lock.release()
-        callback()
-
-    def answer(self, result: Any) -> bool:
-        """Answer the request now, from any thread, instead of (or before) its handler.
-
-        Returns False, sending nothing, when the request was already answered (or cancelled,
-        or the connection closed). Exactly one answer ever goes out: whatever the handler
-        returns afterwards is dropped (logged at DEBUG).
-        """
-        connection = self.connection
-        return connection._emit(connection._sched.answer, self, result) is not None
-
-    def answer_error(self, code: int, message: str | None = None, data: Any = None) -> bool:
-        """Answer the request with an error now; False (nothing sent) if it was already answered."""
-        connection = self.connection
-        return connection._emit(connection._sched.answer_error, self, code, message, data) is not None
-
-    def _cancel(self) -> None:
-        with self.connection._state_lock:
-            if self._cancelled is None:
-                self._cancelled = threading.Event()
-            if self._cancelled.is_set():
-                return
-            self._cancelled.set()
-            callbacks, self._callbacks = self._callbacks, None
-        for callback in callbacks or ():
-            try:
-                callback()
-            except Exception:
-                _log.exception("on_cancel callback failed for %s", self.method)
-
-
-def _cancel_all(calls: Iterable[rpc.InboundRequest]) -> None:
-    """Set ``cancelled`` on calls the scheduler handed back (all of them are InboundCalls)."""
-    for call in calls:
-        cast(InboundCall, call)._cancel()
 
 
 class _ThreadFlags(threading.local):
@@ -289,13 +176,9 @@ class Connection:
         self._parked: int | None = None  # ident of the reader running a handler itself
         self._parked_since = 0.0
         self._last_park = 0.0
-        self._house_idle = False  # the housekeeper waits without a timeout
-
-        self._house_cond = threading.Condition(threading.Lock())
-        self._house_thread: threading.Thread | None = None
-        self._flush_at: float | None = None
-        self._timers: list[tuple[float, int, TimerHandle]] = []
-        self._timer_seq = itertools.count()
+        # The clock: timers, the flush bound, the scheduler's deadlines, the parked reader.
+        self._house = Housekeeper(name, flush=self._flush, next_deadline=self._next_deadline,
+                                  expire=self._expire, watch=self._watch_park)
 
         self._started = False
         # One item per request handler started and not finished: deque.append and pop are
@@ -417,7 +300,7 @@ class Connection:
             self._wake_all(failed)
             # Cancelled first, so handlers blocked on a user or a peer give up now instead of
             # at the end of the wait; their answers still go out.
-            _cancel_all(calls)
+            cancel_all(calls)
             self._wake_drainers(woken)
             if not sched.endpoint.eof:
                 self._drain_done.wait(_remaining(deadline))
@@ -428,7 +311,7 @@ class Connection:
                 return
             with lock:
                 failed, inbound = sched.close()
-        _cancel_all(inbound)
+        cancel_all(inbound)
         self._wake_all(failed)
         try:
             self._flush()
@@ -437,14 +320,13 @@ class Connection:
         self._transport.close()
         self._release_reader()
         self._wakeups.put(None)
-        with self._house_cond:
-            self._house_cond.notify()
+        house = self._house.stop()
         # One deadline for every join below (a little past ``timeout`` when the graceful wait
         # used it all up, so threads that are merely finishing are still waited for).
         if deadline is not None:
             deadline = max(deadline, time.monotonic() + _STOP_GRACE)
         current = threading.current_thread()
-        for thread in (self._reader, self._dispatcher, self._house_thread):
+        for thread in (self._reader, self._dispatcher, house):
             if thread is not None and thread is not current:
                 thread.join(_remaining(deadline))
         if self._own_executor:
@@ -468,7 +350,7 @@ class Connection:
         """Set every inbound call's ``cancelled`` (the peer is gone); the calls stay answerable."""
         with self._lock:
             calls = list(self._sched.endpoint.inbound.values())
-        _cancel_all(calls)
+        cancel_all(calls)
 
     # ------------------------------------------------------------------ outbound calls
 
@@ -500,7 +382,7 @@ class Connection:
         try:
             # Poll first (see the module docstring), within the timeout; then sleep for the rest.
             spin = self.wait_spin if timeout is None or self.wait_spin < timeout else timeout
-            spent = _spin_for(waiter, spin) if spin and _SEVERAL_CPUS else 0.0  # None: it has the answer
+            spent = polling.spin_for(waiter, spin) if spin and polling.SEVERAL_CPUS else 0.0  # None: it has the answer
             if spent is not None and not waiter.acquire(timeout=-1 if timeout is None else max(0.0, timeout - spent)):
                 if self._emit(self._sched.abandon, pending, self._sched.timeout_error(pending, timeout)) is not None:
                     assert pending.error is not None
@@ -530,7 +412,7 @@ class Connection:
         pending = self._send_request(method, params, result_type, future, timeout)
         future.add_done_callback(lambda f: self._give_up(pending, None) if f.cancelled() else None)
         if timeout is not None:
-            self._wake_housekeeper()  # it times the call (the scheduler tracks the deadline)
+            self._house.poke()  # it times the call (the scheduler tracks the deadline)
         return future
 
     def notify(self, method: str, params: Any = None) -> None:
@@ -546,7 +428,7 @@ class Connection:
             if when == _FLUSH_NOW:
                 self._flush()
             else:
-                self._schedule_flush()
+                self._house.flush_within(_FLUSH_DELAY)
 
     def cancel_request(self, msg_id: int) -> None:
         """Abandon an outbound request: the peer gets ``$/cancel_request``, the caller
@@ -632,6 +514,14 @@ class Connection:
         finally:
             wlock.release()
 
+    def _answer(self, call: rpc.InboundRequest, result: Any) -> bool:
+        """Answer ``call`` now (InboundCall.answer); False when it was answered already."""
+        return self._emit(self._sched.answer, call, result) is not None
+
+    def _answer_error(self, call: rpc.InboundRequest, code: int, message: str | None, data: Any) -> bool:
+        """Answer ``call`` with an error now; False when it was answered already."""
+        return self._emit(self._sched.answer_error, call, code, message, data) is not None
+
     def _write_now(self, data: bytes) -> None:
         """Write bytes the scheduler produced (the caller holds ``_wlock``)."""
         if self._wire_tap is not None:
@@ -642,93 +532,38 @@ class Connection:
         """Write every batched byte now."""
         self._emit(self._sched.data_to_send)
 
-    # ------------------------------------------------------------------ housekeeping thread
-
-    def _schedule_flush(self) -> None:
-        with self._house_cond:
-            if self._flush_at is None:
-                self._flush_at = time.monotonic() + _FLUSH_DELAY
-                self._ensure_housekeeper()
-                self._house_cond.notify()
+    # ------------------------------------------------------------------ the clock
 
     def call_later(self, delay: float, callback: Callable[[], None]) -> TimerHandle:
         """Run ``callback`` after ``delay`` seconds on the connection's housekeeping thread
         (never once the connection is closed). Keep it short; :meth:`TimerHandle.cancel`
         stops it. Facades use this for their timers instead of a thread of their own."""
-        handle = TimerHandle(callback)
-        with self._house_cond:
-            if self._sched.endpoint.closed:
-                handle.cancel()
-                return handle
-            heapq.heappush(self._timers, (time.monotonic() + delay, next(self._timer_seq), handle))
-            self._ensure_housekeeper()
-            self._house_cond.notify()
-        return handle
+        if self._sched.endpoint.closed:
+            handle = TimerHandle(callback)
+            handle.cancel()
+            return handle
+        return self._house.call_later(delay, callback)
 
-    def _wake_housekeeper(self) -> None:
-        with self._house_cond:
-            self._ensure_housekeeper()
-            self._house_cond.notify()
+    def _next_deadline(self) -> float | None:
+        with self._lock:
+            return self._sched.next_deadline()
 
-    def _ensure_housekeeper(self) -> None:
-        if self._house_thread is None and not self._sched.endpoint.closed:
-            self._house_thread = threading.Thread(
-                target=self._housekeep, name=f"{self.name}-housekeeper", daemon=True
-            )
-            self._house_thread.start()
+    def _expire(self, now: float) -> None:
+        """The housekeeper's clock reached the scheduler's next deadline."""
+        with self._lock:
+            timed_out = self._sched.expire(now)
+        self._flush()  # their $/cancel_request lines
+        self._wake_all(timed_out)
 
-    def _housekeep(self) -> None:
-        cond = self._house_cond
-        sched = self._sched
-        while True:
-            with self._lock:
-                call_due = sched.next_deadline()
-            expired: list[TimerHandle] = []
-            with cond:
-                while not sched.endpoint.closed:
-                    now = time.monotonic()
-                    wake = self._flush_at
-                    if call_due is not None and (wake is None or call_due < wake):
-                        wake = call_due
-                    if self._timers and (wake is None or self._timers[0][0] < wake):
-                        wake = self._timers[0][0]
-                    if now - self._last_park < _PARK_WATCH:
-                        # Handlers run on the reader lately: look again within _PARK_LIMIT.
-                        if self._parked is not None and now - self._parked_since >= _PARK_LIMIT:
-                            break
-                        park_check = now + _PARK_LIMIT
-                        wake = park_check if wake is None else min(wake, park_check)
-                    if wake is not None and wake <= now:
-                        break
-                    self._house_idle = wake is None
-                    notified = cond.wait(None if wake is None else wake - now)
-                    self._house_idle = False
-                    if notified:
-                        break  # a new deadline or timer may be earlier: look again
-                if sched.endpoint.closed:
-                    return
-                now = time.monotonic()
-                parked = self._parked if self._parked is not None and now - self._parked_since >= _PARK_LIMIT else None
-                flush = self._flush_at is not None and self._flush_at <= now
-                if flush:
-                    self._flush_at = None
-                while self._timers and self._timers[0][0] <= now:
-                    expired.append(heapq.heappop(self._timers)[2])
-            if parked is not None:
-                self._unpark(parked)
-            if call_due is not None and call_due <= now:
-                with self._lock:
-                    timed_out = sched.expire(now)
-                self._flush()  # their $/cancel_request lines
-                self._wake_all(timed_out)
-            elif flush:
-                self._flush()
-            for handle in expired:
-                if not handle.cancelled:
-                    try:
-                        handle.callback()
-                    except Exception:
-                        _log.exception("%s: a timer callback failed", self.name)
+    def _watch_park(self, now: float) -> float | None:
+        """While handlers run on the reader lately: hand parked reading over once a handler
+        has run longer than _PARK_LIMIT, and look again within that."""
+        if now - self._last_park >= _PARK_WATCH:
+            return None
+        parked = self._parked
+        if parked is not None and now - self._parked_since >= _PARK_LIMIT:
+            self._unpark(parked)
+        return now + _PARK_LIMIT
 
     # ------------------------------------------------------------------ reading
 
@@ -797,7 +632,7 @@ class Connection:
             if routed.flush:
                 self._flush()  # refusals and -32800 answers
             if routed.cancelled:
-                _cancel_all(routed.cancelled)
+                cancel_all(routed.cancelled)
             if woken:
                 self._wake_drainers(woken)
             hook = routed.hook
@@ -858,8 +693,8 @@ class Connection:
         self._parked_since = now_t
         self._last_park = now_t
         self._parked = me
-        if self._house_idle or self._house_thread is None:
-            self._wake_housekeeper()
+        if self._house.idle:
+            self._house.poke()  # it watches the park
         self._running.append(None)
         self._run_request(last)
         lock = self._park_lock
@@ -889,7 +724,7 @@ class Connection:
             woken = self._sched.pop_woken()
         self._wake_all(failed)
         # The peer is gone: no handler need wait for it (or for a user) any longer.
-        _cancel_all(calls)
+        cancel_all(calls)
         self._wake_drainers(woken)
         if self._sched.endpoint.closed:
             self._drained.set()
@@ -1046,51 +881,6 @@ class Connection:
                 callback()
             except Exception:
                 _log.exception("close callback failed")
-
-
-# The thread polling for its answer, if any (one per process: pollers would only take the CPU
-# from the threads that produce the answers). Set and cleared without a lock: a race lets two
-# threads poll for a moment, which is harmless.
-_spinner: list[int] = []
-# sched_yield lets the other threads of this CPU run (and releases the GIL); POSIX only.
-_yield_cpu: Callable[[], None] = getattr(os, "sched_yield", None) or (lambda: time.sleep(0))
-
-
-def _cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))  # the CPUs this process may run on (Linux)
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-# With one CPU a poller could only delay the thread (or the peer process) that delivers the
-# answer: requests then sleep at once, whatever wait_spin says.
-_SEVERAL_CPUS = _cpus() > 1
-
-
-def _spin_for(lock: threading.Lock, seconds: float) -> float | None:
-    """Take ``lock`` (a pre-acquired waiter) by polling it for up to ``seconds``, yielding the
-    CPU (and the GIL) between looks. None once taken; else the seconds spent polling (0.0 when
-    another thread is polling already: this one does not)."""
-    if lock.acquire(False):
-        return None
-    if _spinner:
-        return 0.0
-    _spinner.append(1)
-    try:
-        clock = time.perf_counter
-        start = clock()
-        end = start + seconds
-        yield_cpu = _yield_cpu
-        while True:
-            yield_cpu()
-            if lock.acquire(False):
-                return None
-            now = clock()
-            if now >= end:
-                return now - start
-    finally:
-        _spinner.clear()
 
 
 def _remaining(deadline: float | None) -> float | None:

@@ -358,11 +358,11 @@ def test_a_polling_request_gets_its_answer_and_a_second_waiter_sleeps_meanwhile(
 
 
 def test_with_one_cpu_a_request_sleeps_at_once(polling: tuple[Connection, RawPeer], monkeypatch: pytest.MonkeyPatch) -> None:
-    import acp.connection as engine
+    import acp.polling as waiting
 
     polls: list[float] = []
-    monkeypatch.setattr(engine, "_SEVERAL_CPUS", False)
-    monkeypatch.setattr(engine, "_spin_for", lambda lock, seconds: polls.append(seconds))
+    monkeypatch.setattr(waiting, "SEVERAL_CPUS", False)
+    monkeypatch.setattr(waiting, "spin_for", lambda lock, seconds: polls.append(seconds))
     conn, peer = polling
     conn.start()
     answer: list[Any] = []

@@ -39,6 +39,8 @@ from typing_extensions import ParamSpec
 from .. import rpc
 from ..errors import ConnectionClosedError, RequestCancelledError
 from ..rpc import scheduler as _sched
+from .blocking import run_on
+from .inbound import AsyncInboundCall, Timer
 from .transport.base import AsyncTransport
 
 if TYPE_CHECKING:  # the tap module is imported only when a tap is used
@@ -80,103 +82,6 @@ _EOF = _sched.EOF
 _DRAIN = _sched.DRAIN
 _FLUSH_NOW = _sched.FLUSH_NOW
 _EAGER = sys.version_info >= (3, 12)
-
-
-class AsyncInboundCall(rpc.InboundRequest):
-    """One inbound request while its handler runs: its id, method and cancellation state.
-
-    ``cancelled`` is set when the peer sends ``$/cancel_request`` for it (its handler's task is
-    then cancelled too), when the input ends (the peer is gone: the task goes on and may still
-    answer) and as soon as :meth:`AsyncConnection.close` starts. ``on_cancel`` callbacks run on
-    the loop, at that moment. :attr:`task` is the handler's task (None for a plain-function
-    handler, which runs to completion on the loop, and before the handler starts).
-    """
-
-    __slots__ = ("connection", "task", "_is_cancelled", "_event", "_callbacks")
-
-    def __init__(self, connection: AsyncConnection, call_id: rpc.RequestId, method: str) -> None:
-        super().__init__(call_id, method)
-        self.connection = connection
-        self.task: asyncio.Task[Any] | None = None
-        self._is_cancelled = False
-        self._event: asyncio.Event | None = None
-        self._callbacks: list[Callable[[], None]] | None = None
-
-    @property
-    def cancelled(self) -> asyncio.Event:
-        """An :class:`asyncio.Event` set once the request is cancelled."""
-        event = self._event
-        if event is None:
-            event = self._event = asyncio.Event()
-            if self._is_cancelled:
-                event.set()
-        return event
-
-    @property
-    def is_cancelled(self) -> bool:
-        """True once the request was cancelled (a plain bool: safe to read from any thread)."""
-        return self._is_cancelled
-
-    def on_cancel(self, callback: Callable[[], None]) -> None:
-        """Run ``callback`` on the loop when the request is cancelled (at once if it already is)."""
-        if self._is_cancelled:
-            callback()
-            return
-        if self._callbacks is None:
-            self._callbacks = []
-        self._callbacks.append(callback)
-
-    def answer(self, result: Any) -> bool:
-        """Answer the request now, instead of (or before) its handler. False, sending nothing,
-        when it was already answered (or cancelled, or the connection closed); whatever the
-        handler returns afterwards is dropped."""
-        connection = self.connection
-        return connection._write_answer(connection._sched.answer(self, result))
-
-    def answer_error(self, code: int, message: str | None = None, data: Any = None) -> bool:
-        """Answer the request with an error now; False (nothing sent) if it was already answered."""
-        connection = self.connection
-        return connection._write_answer(connection._sched.answer_error(self, code, message, data))
-
-    def cancel(self) -> None:
-        """Cancel the request as ``$/cancel_request`` does, without answering it: set
-        :attr:`cancelled`, run the callbacks, cancel :attr:`task`. The handler's
-        CancelledError then sends nothing: the caller answers (e.g. a prompt turn's
-        ``stopReason: "cancelled"``) with :meth:`answer`."""
-        self._set_cancelled()
-        task = self.task
-        if task is not None and not task.done() and task is not asyncio.current_task():
-            task.cancel()
-
-    def _set_cancelled(self) -> None:
-        if self._is_cancelled:
-            return
-        self._is_cancelled = True
-        if self._event is not None:
-            self._event.set()
-        callbacks, self._callbacks = self._callbacks, None
-        for callback in callbacks or ():
-            try:
-                callback()
-            except Exception:
-                _log.exception("on_cancel callback failed for %s", self.method)
-
-
-class Timer:
-    """A callback scheduled with :meth:`AsyncConnection.call_later`."""
-
-    __slots__ = ("_handle", "_timers")
-
-    def __init__(self, handle: asyncio.TimerHandle | None, timers: set[Timer]) -> None:
-        self._handle = handle
-        self._timers = timers
-
-    def cancel(self) -> None:
-        """Do not run the callback (no effect once it has run)."""
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
-        self._timers.discard(self)
 
 
 class AsyncConnection:
@@ -332,15 +237,8 @@ class AsyncConnection:
 
         Cancelling the awaiting task does not stop ``fn`` (a thread cannot be interrupted):
         its result is then dropped."""
-        loop = self._loop or asyncio.get_running_loop()
         executor = self.executor
-        if executor is self._own_executor:
-            # The SDK's pool runs work without a concurrent Future (run_in_executor would
-            # chain one to the loop's): one loop Future, completed from the pool thread.
-            waiter: asyncio.Future[T] = loop.create_future()
-            executor.execute(_run_and_report, loop, waiter, fn, args)
-            return await waiter
-        return await loop.run_in_executor(executor, fn, *args)
+        return await run_on(self._loop or asyncio.get_running_loop(), executor, executor is self._own_executor, fn, args)
 
     def blocking(self, fn: Callable[P, T]) -> Callable[P, Awaitable[T]]:
         """Wrap a blocking function as an async callable that runs it on :attr:`executor`:
@@ -669,6 +567,14 @@ class AsyncConnection:
         if self._wire_tap is not None:
             self._tap_lines(self._wire_tap, "out", data)
         self._transport.write(data)
+
+    def _answer(self, call: rpc.InboundRequest, result: Any) -> bool:
+        """Answer ``call`` now (AsyncInboundCall.answer); False when answered already."""
+        return self._write_answer(self._sched.answer(call, result))
+
+    def _answer_error(self, call: rpc.InboundRequest, code: int, message: str | None, data: Any) -> bool:
+        """Answer ``call`` with an error now; False when it was answered already."""
+        return self._write_answer(self._sched.answer_error(call, code, message, data))
 
     def _write_answer(self, data: bytes | None) -> bool:
         """Write bytes the scheduler produced for an answer; False when it had none."""
@@ -1014,31 +920,6 @@ class AsyncConnection:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
-
-
-def _run_and_report(loop: asyncio.AbstractEventLoop, waiter: asyncio.Future[Any], fn: Callable[..., Any],
-                    args: tuple[Any, ...]) -> None:
-    """On a pool thread: run ``fn(*args)`` and hand its outcome to ``waiter`` on the loop."""
-    outcome: Callable[[asyncio.Future[Any], Any], None]
-    try:
-        value = fn(*args)
-        outcome = _set_result
-    except BaseException as exc:  # handed over whole, as run_in_executor would
-        value, outcome = exc, _set_exception
-    try:
-        loop.call_soon_threadsafe(outcome, waiter, value)
-    except RuntimeError:  # the loop is closed: nobody waits any more
-        pass
-
-
-def _set_result(waiter: asyncio.Future[Any], value: Any) -> None:
-    if not waiter.done():  # cancelled meanwhile
-        waiter.set_result(value)
-
-
-def _set_exception(waiter: asyncio.Future[Any], exc: BaseException) -> None:
-    if not waiter.done():
-        waiter.set_exception(exc)
 
 
 def _remaining(loop: asyncio.AbstractEventLoop, deadline: float | None) -> float | None:

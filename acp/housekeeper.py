@@ -1,0 +1,144 @@
+"""The threaded runtime's clock: one thread per connection, started on first use.
+
+The scheduler has no clock; the threaded runtime's is this thread. It runs ``call_later``
+timers, writes batched notifications within their bound, tells the connection when the
+scheduler's next deadline has come, and looks again and again at a watched condition (the
+parked reader) while the connection asks it to. It only keeps time: what a deadline or a
+flush means is the connection's (and so the scheduler's) business.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+__all__ = ["Housekeeper", "TimerHandle"]
+
+_log = logging.getLogger("acp.connection")
+
+
+class TimerHandle:
+    """A callback scheduled with ``call_later``."""
+
+    __slots__ = ("callback", "cancelled")
+
+    def __init__(self, callback: Callable[[], None]) -> None:
+        self.callback = callback
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        """Do not run the callback (no effect once it has run)."""
+        self.cancelled = True
+
+
+class Housekeeper:
+    """The thread that keeps time for one connection.
+
+    ``flush()`` writes the batched bytes; ``next_deadline()`` is the scheduler's earliest one
+    (None: none) and ``expire(now)`` is called when it has come; ``watch(now)`` is called each
+    time the thread wakes and returns when to call it again (None: not until poked).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        flush: Callable[[], None],
+        next_deadline: Callable[[], float | None],
+        expire: Callable[[float], None],
+        watch: Callable[[float], float | None],
+    ) -> None:
+        self.name = name
+        self._flush = flush
+        self._next_deadline = next_deadline
+        self._expire = expire
+        self._watch = watch
+        self._cond = threading.Condition(threading.Lock())
+        self._thread: threading.Thread | None = None
+        self._flush_at: float | None = None
+        self._timers: list[tuple[float, int, TimerHandle]] = []
+        self._seq = itertools.count()
+        self._stopped = False
+        self.idle = True
+        """True while the thread waits without a timeout (or is not started): poke it to watch."""
+
+    def flush_within(self, delay: float) -> None:
+        """Call ``flush`` within ``delay`` seconds (once, whatever else asks meanwhile)."""
+        with self._cond:
+            if self._flush_at is None:
+                self._flush_at = time.monotonic() + delay
+                self._wake()
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> TimerHandle:
+        """Run ``callback`` after ``delay`` seconds on this thread (never once stopped)."""
+        handle = TimerHandle(callback)
+        with self._cond:
+            if self._stopped:
+                handle.cancel()
+                return handle
+            heapq.heappush(self._timers, (time.monotonic() + delay, next(self._seq), handle))
+            self._wake()
+        return handle
+
+    def poke(self) -> None:
+        """Look at everything again now (a new deadline; a condition to watch)."""
+        with self._cond:
+            self._wake()
+
+    def stop(self) -> threading.Thread | None:
+        """Stop the thread (idempotent); returns it, for the caller to join."""
+        with self._cond:
+            self._stopped = True
+            self._cond.notify()
+        return self._thread
+
+    def _wake(self) -> None:
+        # (under the condition's lock)
+        if self._thread is None:
+            if self._stopped:
+                return
+            self._thread = threading.Thread(target=self._run, name=f"{self.name}-housekeeper", daemon=True)
+            self._thread.start()
+        self._cond.notify()
+
+    def _run(self) -> None:
+        cond = self._cond
+        while True:
+            call_due = self._next_deadline()
+            watch_at = self._watch(time.monotonic())
+            expired: list[TimerHandle] = []
+            with cond:
+                while not self._stopped:
+                    now = time.monotonic()
+                    wake = min((t for t in (self._flush_at, call_due, watch_at) if t is not None), default=None)
+                    if self._timers and (wake is None or self._timers[0][0] < wake):
+                        wake = self._timers[0][0]
+                    if wake is not None and wake <= now:
+                        break
+                    self.idle = wake is None
+                    notified = cond.wait(None if wake is None else wake - now)
+                    self.idle = False
+                    if notified:
+                        break  # something new may be earlier: look again
+                if self._stopped:
+                    return
+                now = time.monotonic()
+                flush = self._flush_at is not None and self._flush_at <= now
+                if flush:
+                    self._flush_at = None
+                while self._timers and self._timers[0][0] <= now:
+                    expired.append(heapq.heappop(self._timers)[2])
+            if call_due is not None and call_due <= now:
+                self._expire(now)  # which flushes too
+            elif flush:
+                self._flush()
+            for handle in expired:
+                if not handle.cancelled:
+                    try:
+                        handle.callback()
+                    except Exception:
+                        _log.exception("%s: a timer callback failed", self.name)
