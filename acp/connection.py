@@ -92,6 +92,7 @@ _Decoded = rpc.Decoded
 _Response = rpc.Response
 _ErrorResponse = rpc.ErrorResponse
 _UNDECODED = rpc.UNDECODED
+_decode_result = rpc.Endpoint.decode_result
 _GATE = _sched.GATE
 _EOF = _sched.EOF
 _DRAIN = _sched.DRAIN
@@ -391,7 +392,10 @@ class Connection:
         finally:
             if forget is not None:
                 forget()
-        return rpc.Endpoint.outcome(pending)
+        # Endpoint.outcome, inlined: once per call.
+        if pending.error is not None:
+            raise pending.error
+        return _decode_result(pending, pending.raw)  # type: ignore[arg-type]  # set when no error
 
     def request_future(
         self,
@@ -628,7 +632,12 @@ class Connection:
             if routed is None:  # the common case: nothing rare
                 if woken:
                     self._wake_drainers(woken)
-                return self._act(now, final) if now else False
+                if not now:
+                    return False
+                if len(now) == 1 and type(now[0]) is _Pending and type(now[0].waiter) is not Future:
+                    now[0].waiter.release()  # _act's most common case: one blocked caller
+                    return False
+                return self._act(now, final)
             if routed.flush:
                 self._flush()  # refusals and -32800 answers
             if routed.cancelled:
@@ -659,14 +668,18 @@ class Connection:
                 if refused is not None:
                     self._flush()
             if resume >= len(msgs):  # a read of one prompt: most of them
-                return self._act([hook], final) if go else False
+                if not go:
+                    return False
+                if final or not self._leader_follower:
+                    self._launch(hook)
+                    return False
+                return self._run_here(hook)
             if go:
-                self._act([hook], True)
+                self._launch(hook)
 
     def _act(self, now: list[Any], final: bool) -> bool:
         """Complete the callers and start the requests the scheduler found nothing ahead of.
-        The last request may run on this very thread (leader/follower; True: reading was
-        handed over meanwhile)."""
+        The last request may run on this very thread (True: reading was handed over)."""
         last = now[-1]
         if type(last) is not tuple or final or not self._leader_follower:
             last = None
@@ -679,24 +692,28 @@ class Connection:
                     waiter.release()  # _wake's common case, inlined: once per answer
             elif item is not last:
                 self._launch(item)
-        if last is None:
-            return False
-        # This thread already holds the request: it runs it (no thread wake-up between a
-        # request and its handler) with reading "parked". Reading moves to a pool thread only
-        # if the handler makes a request of its own or runs longer than _PARK_LIMIT. Every
-        # line of this read was routed above, so a new reader cannot overtake it.
+        return False if last is None else self._run_here(last)
+
+    def _run_here(self, start: rpc.Start) -> bool:
+        """Run a request on this reader thread (leader/follower); True when reading was
+        handed to another thread meanwhile.
+
+        This thread already holds the request: running it here costs no thread wake-up
+        between a request and its handler. Reading is "parked" and moves to a pool thread
+        only if the handler makes a request of its own or runs longer than _PARK_LIMIT. Every
+        line of this read was routed already, so a new reader cannot overtake it."""
         me = threading.get_ident()
-        now_t = time.monotonic()
+        now = time.monotonic()
         # Parking needs no lock: nobody can take reading over from this thread before
         # _parked names it, and it is written last. Only the end of the park races a
         # hand-over, so that is decided under the lock.
-        self._parked_since = now_t
-        self._last_park = now_t
+        self._parked_since = now
+        self._last_park = now
         self._parked = me
         if self._house.idle:
             self._house.poke()  # it watches the park
         self._running.append(None)
-        self._run_request(last)
+        self._run_request(start)
         lock = self._park_lock
         lock.acquire()
         try:
@@ -840,7 +857,11 @@ class Connection:
                     result = fn(*args)
                 else:
                     if params is _UNDECODED:
-                        params = self._sched.endpoint.request_params(start)[1][0]
+                        try:
+                            params = handler.decode(raw)
+                        except Exception:  # the rare path raises the RequestError to answer with
+                            self._sched.endpoint.request_params(start)
+                            raise
                     result = handler.fn(params, call)
             except BaseException as exc:
                 self._emit(self._sched.request_failed, call, exc)

@@ -107,23 +107,25 @@ class Housekeeper:
 
     def _run(self) -> None:
         cond = self._cond
+        call_due = self._next_deadline()
+        watch_at = self._watch(time.monotonic())
         while True:
-            call_due = self._next_deadline()
-            watch_at = self._watch(time.monotonic())
             expired: list[TimerHandle] = []
+            notified = False
             with cond:
                 while not self._stopped:
                     now = time.monotonic()
-                    wake = min((t for t in (self._flush_at, call_due, watch_at) if t is not None), default=None)
-                    if self._timers and (wake is None or self._timers[0][0] < wake):
-                        wake = self._timers[0][0]
+                    wake = self._flush_at
+                    for when in (call_due, watch_at, self._timers[0][0] if self._timers else None):
+                        if when is not None and (wake is None or when < wake):
+                            wake = when
                     if wake is not None and wake <= now:
                         break
                     self.idle = wake is None
                     notified = cond.wait(None if wake is None else wake - now)
                     self.idle = False
                     if notified:
-                        break  # something new may be earlier: look again
+                        break  # something new (a deadline, a park to watch): look again
                 if self._stopped:
                     return
                 now = time.monotonic()
@@ -132,8 +134,15 @@ class Housekeeper:
                     self._flush_at = None
                 while self._timers and self._timers[0][0] <= now:
                     expired.append(heapq.heappop(self._timers)[2])
+            # The connection's state is looked at only when it may have changed: asked again
+            # after a poke, or once its time came (a watch runs every ms while it lasts).
+            if notified or (watch_at is not None and watch_at <= now):
+                watch_at = self._watch(now)
+            if notified:
+                call_due = self._next_deadline()
             if call_due is not None and call_due <= now:
                 self._expire(now)  # which flushes too
+                call_due = self._next_deadline()
             elif flush:
                 self._flush()
             for handle in expired:

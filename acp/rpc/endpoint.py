@@ -33,7 +33,14 @@ from ..errors import (
     ConnectionClosedError,
     RequestError,
 )
-from .handlers import ANY_DECODER, HOT_NOTIFICATION, Handler, OnePass, result_decoder
+from .handlers import (
+    _RESULT_DECODERS,
+    ANY_DECODER,
+    HOT_NOTIFICATION,
+    Handler,
+    OnePass,
+    result_decoder,
+)
 from .messages import (
     Encoder,
     ErrorObject,
@@ -197,14 +204,6 @@ class Endpoint:
         self.pending[pending.id] = pending
         return pending
 
-    def request_line(self, pending: Pending, params: Any) -> bytes:
-        """The line of a registered call. Params that cannot be encoded forget the call and raise."""
-        try:
-            return self.encoder.request(pending.id, pending.method, params)
-        except BaseException:
-            self.pending.pop(pending.id, None)
-            raise
-
     def take(self, msg_id: Any) -> Pending | None:
         """Remove and return the pending call an answer names: the caller completes it. None
         when it was abandoned, already taken or never ours (logged at DEBUG)."""
@@ -244,10 +243,12 @@ class Endpoint:
     @staticmethod
     def decode_result(pending: Pending, raw: msgspec.Raw) -> Any:
         """Decode a result as the call's ``result_type``; a malformed one raises -32603."""
-        if pending.result_type is None:
+        result_type = pending.result_type
+        if result_type is None:
             return ANY_DECODER.decode(raw)
+        decode = _RESULT_DECODERS.get(result_type)  # result_decoder's cache, read inline: hot
         try:
-            return result_decoder(pending.result_type)(raw)
+            return (decode or result_decoder(result_type))(raw)
         except msgspec.ValidationError as exc:
             raise RequestError(INTERNAL_ERROR, f"{pending.method}: malformed result: {exc}") from None
 

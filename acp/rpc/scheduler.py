@@ -257,9 +257,9 @@ class Scheduler:
         ep = self.endpoint
         one_pass = ep.one_pass
         prefix = None
-        if len(lines) == 1 and one_pass is None:  # a lone request or answer: most round trips
+        if len(lines) == 1:  # a lone request or answer: most round trips
             line = lines[0]
-            if type(line) is bytes:
+            if type(line) is bytes and (one_pass is None or not line.startswith(one_pass.prefix)):
                 msg = decode_line(line)
                 if type(msg) is Notification:
                     return [self._decode_notification(msg, ep.handlers)]
@@ -332,7 +332,11 @@ class Scheduler:
                     (not by_session and not self.gate and not self.gate_busy)
                     or admit(_NOW if pending.serial else pending.session if by_session else None, msg, True)
                 ):
-                    self._complete(pending, msg)
+                    if cls is Response and not pending.serial and pending.timeout is None:
+                        del ep.pending[msg_id]  # _complete's common case, inlined
+                        pending.raw = msg.result
+                    else:
+                        self._complete(pending, msg)
                     if now is None:
                         now = [pending]
                     else:
@@ -375,7 +379,9 @@ class Scheduler:
                     # routed meanwhile, so nothing can get ahead of it). Else arrived() places it.
                     routed.placed = self._free(session_id_of(start[2]) if by_session else None)
                     return now
-                if admit(session_id_of(start[2]) if by_session else None, start, True):
+                if (not by_session and not self.gate and not self.gate_busy) or admit(
+                    session_id_of(start[2]) if by_session else None, start, True
+                ):  # (_admit's answer for one order with nothing queued, inlined)
                     if now is None:
                         now = [start]
                     else:
@@ -579,7 +585,11 @@ class Scheduler:
         if self.by_session:
             # Before the line goes out: the answer is ordered with this session's messages.
             pending.session = session_of_params(params)
-        line = ep.request_line(pending, params)  # forgets the call if it raises
+        try:
+            line = ep.encoder.request(pending.id, method, params)
+        except BaseException:  # params that cannot be encoded: nothing stays pending
+            del ep.pending[pending.id]
+            raise
         if serial:
             self.serial_waiting += 1
             self.paused = False  # only the reader can deliver its answer
@@ -635,7 +645,13 @@ class Scheduler:
     def answer(self, call: InboundRequest, result: Any) -> bytes | None:
         """Answer ``call`` with ``result``: the bytes to write now, or None when it was
         answered already (the result is dropped, logged at DEBUG)."""
-        return self._with_batch(self.endpoint.answer(call, result))
+        line = self.endpoint.answer(call, result)
+        buf = self._wbuf
+        if buf and line is not None:  # _with_batch, inlined: once per request
+            buf += line
+            line = bytes(buf)
+            buf.clear()
+        return line
 
     def answer_error(self, call: InboundRequest, code: int, message: str | None = None, data: Any = None) -> bytes | None:
         """Answer ``call`` with an error: the bytes to write now, or None (answered already)."""
