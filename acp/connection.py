@@ -866,22 +866,7 @@ class Connection:
             except BaseException as exc:
                 self._emit(self._sched.request_failed, call, exc)
                 return
-            # _emit(sched.answer, call, result), inlined: once per request.
-            wlock, lock = self._wlock, self._lock
-            wlock.acquire()
-            try:
-                lock.acquire()
-                try:
-                    data = self._sched.answer(call, result)
-                finally:
-                    lock.release()
-                if data:
-                    try:
-                        self._write_now(data)
-                    except ConnectionClosedError:
-                        _log.debug("%s: answer not sent: connection closed", self.name)
-            finally:
-                wlock.release()
+            self._emit(self._sched.answer, call, result)
         finally:
             self._handler_done()
 
