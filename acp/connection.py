@@ -17,10 +17,11 @@ over it. Threads and what they do::
                 deadlines the scheduler tracks (Future-style calls), runs ``call_later`` timers
                 and hands parked reading over
 
-The scheduler has one owner at a time: every call to it is made under ``_lock``. Calls whose
-bytes are then written take ``_wlock`` first and write under it after releasing ``_lock``, so
-bytes reach the transport in the order the scheduler produced them, and a write blocked on a
-full pipe never keeps the reader from routing.
+The scheduler has one owner at a time: every call to it is made under ``_lock``. The bytes it
+produces join an outgoing list under that same lock, and whoever holds ``_wlock`` writes the
+list, so bytes reach the transport in the order the scheduler produced them; a thread that finds
+a writer at work leaves its bytes to it instead of sleeping, and a write blocked on a full pipe
+never keeps the reader from routing.
 
 What threads add to the scheduler's rules, all about waking threads less often:
 
@@ -85,6 +86,8 @@ _FLUSH_DELAY = 0.001  # batched notifications reach the wire within this bound
 _PARK_LIMIT = 0.001
 _PARK_WATCH = 0.05  # the housekeeper keeps checking this long after the last park
 _STOP_GRACE = 0.1  # close() joins threads at least this long, even past its timeout
+# Bytes waiting for the writer beyond which a thread waits for it rather than leaving its own.
+_WRITE_BACKLOG = 1024 * 1024
 
 _Pending = rpc.Pending
 _Updates = rpc.Updates
@@ -144,7 +147,12 @@ class Connection:
         self._sched = rpc.Scheduler(functools.partial(InboundCall, self), name=name, ordering=ordering)
         self.ordering: Ordering = ordering
         self._lock = threading.Lock()
-        self._wlock = threading.Lock()  # taken before _lock by whoever writes what it got
+        # Bytes the scheduler produced, not yet written (under _lock); whoever holds _wlock
+        # writes them, in order (see _write_out).
+        self._wlock = threading.Lock()
+        self._out: list[bytes] = []
+        self._out_size = 0
+        self._write_failed: ConnectionClosedError | None = None
         # A tap sees every line (imported only when asked for: a debugging aid).
         self._wire_tap: Callable[[str, bytes], None] | None = None
         owned_tap_close = None
@@ -451,22 +459,18 @@ class Connection:
             raise ConnectionClosedError("connection not started")
         serial = self._tls.serial
         now = time.monotonic() if timeout is not None else 0.0
-        wlock, lock, sched = self._wlock, self._lock, self._sched
-        wlock.acquire()
+        lock, sched = self._lock, self._sched
+        lock.acquire()
         try:
-            lock.acquire()
-            try:
-                pending, data = sched.send_request(method, params, result_type, waiter, serial, timeout, now)
-            finally:
-                lock.release()
-            try:
-                self._write_now(data)
-            except BaseException:  # closed: nothing stays pending
-                with lock:
-                    sched.abandon(pending, sched.endpoint.closed_error())
-                raise
+            pending, data = sched.send_request(method, params, result_type, waiter, serial, timeout, now)
+            mine = self._queue_out(data)
         finally:
-            wlock.release()
+            lock.release()
+        self._write_out(mine)
+        if self._write_failed is not None:  # closed: nothing stays pending
+            with lock:
+                sched.abandon(pending, sched.endpoint.closed_error())
+            raise ConnectionClosedError(f"{method}: not sent: {self._write_failed}")
         if serial and self._reader_held:
             self._release_reader()  # a drainer waits for this answer: only the reader reads it
         return pending
@@ -499,24 +503,62 @@ class Connection:
     # ------------------------------------------------------------------ writing
 
     def _emit(self, produce: Callable[..., bytes | None], *args: Any) -> bytes | None:
-        """Call the scheduler's ``produce(*args)`` and write the bytes it returns, in order.
-        Returns them (None: the scheduler had nothing to send). A closed pipe is logged."""
-        wlock, lock = self._wlock, self._lock
-        wlock.acquire()  # acquire/release rather than ``with``: ~50 ns less, per answer
+        """Call the scheduler's ``produce(*args)`` and write the bytes it returns, in the
+        order it produced them. Returns them (None: the scheduler had nothing to send)."""
+        lock = self._lock
+        lock.acquire()  # acquire/release rather than ``with``: ~50 ns less, per answer
         try:
-            lock.acquire()
-            try:
-                data = produce(*args)
-            finally:
-                lock.release()
-            if data:
-                try:
-                    self._write_now(data)
-                except ConnectionClosedError:
-                    _log.debug("%s: not sent: connection closed", self.name)
-            return data
+            data = produce(*args)
+            mine = self._queue_out(data) if data else None
         finally:
-            wlock.release()
+            lock.release()
+        if data:
+            self._write_out(mine)
+        return data
+
+    def _queue_out(self, data: bytes) -> bytes | None:
+        """(Under ``_lock``.) ``data`` is next in line: returned when this thread may write it
+        at once (nothing waits before it and the write lock was free: now held), else queued
+        for whoever writes (None)."""
+        if not self._out and self._wlock.acquire(False):
+            return data
+        self._out.append(data)
+        self._out_size += len(data)
+        return None
+
+    def _write_out(self, mine: bytes | None) -> None:
+        """Write what the scheduler produced, in order: ``mine`` first when this thread holds
+        the write lock already (see _queue_out). Whoever holds the write lock writes every
+        thread's bytes: a thread that finds it held leaves its bytes to that writer instead of
+        sleeping on the lock, unless _WRITE_BACKLOG bytes wait already (then it waits: a peer
+        that reads slowly slows its writers down). A closed pipe is logged (and remembered: a
+        request then fails)."""
+        wlock, lock = self._wlock, self._lock
+        while True:
+            if mine is None and not wlock.acquire(self._out_size >= _WRITE_BACKLOG):
+                return  # the writer looks again after it releases the lock
+            try:
+                if mine is not None:
+                    self._write_logged(mine)
+                    mine = None
+                while self._out:  # (read without the lock: the look after the release covers it)
+                    lock.acquire()
+                    out = self._out
+                    self._out = []
+                    self._out_size = 0
+                    lock.release()
+                    self._write_logged(out[0] if len(out) == 1 else b"".join(out))
+            finally:
+                wlock.release()
+            if not self._out:
+                return
+
+    def _write_logged(self, data: bytes) -> None:
+        try:
+            self._write_now(data)
+        except ConnectionClosedError as exc:
+            self._write_failed = exc
+            _log.debug("%s: not sent: connection closed", self.name)
 
     def _answer(self, call: rpc.InboundRequest, result: Any) -> bool:
         """Answer ``call`` now (InboundCall.answer); False when it was answered already."""
@@ -634,9 +676,14 @@ class Connection:
                     self._wake_drainers(woken)
                 if not now:
                     return False
-                if len(now) == 1 and type(now[0]) is _Pending and type(now[0].waiter) is not Future:
-                    now[0].waiter.release()  # _act's most common case: one blocked caller
-                    return False
+                if len(now) == 1:  # _act's most common cases: one blocked caller, one request
+                    item = now[0]
+                    if type(item) is _Pending:
+                        if type(item.waiter) is not Future:
+                            item.waiter.release()
+                            return False
+                    elif not final and self._leader_follower:
+                        return self._run_here(item)
                 return self._act(now, final)
             if routed.flush:
                 self._flush()  # refusals and -32800 answers

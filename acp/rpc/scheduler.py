@@ -49,9 +49,8 @@ blocking caller's timed wait) calls :meth:`~Scheduler.abandon` when it ran out.
 
 Concurrency contract: a Scheduler (and its Endpoint) has **one owner at a time**. Every method
 that is not marked pure must be called by the owner: the asyncio runtime owns it from its loop;
-the threaded runtime guards every call with one lock, and takes its write lock *before* that
-lock for the calls whose bytes it then writes, so that bytes reach the wire in the order they
-were produced. Nothing here relies on the GIL. Pure (any thread, any time once started):
+the threaded runtime guards every call with one lock, and queues the bytes a call returns under
+that lock, so that they reach the wire in the order they were produced. Nothing here relies on the GIL. Pure (any thread, any time once started):
 :meth:`~Scheduler.decode_read`, :meth:`~Scheduler.startable`, ``Endpoint.outcome``,
 ``Endpoint.request_params``. Handlers registered before the runtime starts are never changed.
 """
