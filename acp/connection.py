@@ -470,7 +470,7 @@ class Connection:
         if self._write_failed is not None:  # closed: nothing stays pending
             with lock:
                 sched.abandon(pending, sched.endpoint.closed_error())
-            raise ConnectionClosedError(f"{method}: not sent: {self._write_failed}")
+            raise self._write_failed  # what the transport said (a remote refusal keeps its type)
         if serial and self._reader_held:
             self._release_reader()  # a drainer waits for this answer: only the reader reads it
         return pending
