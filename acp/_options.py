@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from typing_extensions import Self
 
-from .connection import DEFAULT_WAIT_SPIN, ORDERINGS, Ordering
+from .rpc import ORDERINGS, Ordering
 
-__all__ = ["OrderingOption", "WaitSpinOption"]
+__all__ = ["DEFAULT_WAIT_SPIN", "OrderingOption", "WaitSpinOption"]
+
+#: How long a blocking request of the threaded runtime polls for its answer before it sleeps
+#: (``acp.polling``; ``acp.Connection(wait_spin=...)`` defaults to it).
+DEFAULT_WAIT_SPIN = 0.0001
 
 
 class OrderingOption:
@@ -37,8 +41,9 @@ class WaitSpinOption:
         """How long a blocking call polls for its answer before its thread sleeps (default
         100 µs; 0: sleep at once). Polling spends that CPU time to save a thread wake-up when
         the answer comes quickly, which is most of a short round trip's latency; one thread per
-        process polls at a time, and none on a single CPU. The threaded runtime only: ``AsyncAgent`` / ``AsyncClient``
-        await their answers and never poll. See docs/threading.md."""
+        process polls at a time, and none on a single CPU. The threaded runtime only (the
+        asyncio builders do not offer it: they await their answers and never poll). See
+        docs/threading.md."""
         if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or not seconds >= 0:
             raise ValueError(f"wait_spin: expected 0 or more seconds, got {seconds!r}")
         self._wait_spin = float(seconds)

@@ -678,7 +678,7 @@ def run_chat(
         # A spawned agent gets a session of its own: the terminal's Ctrl-C reaches only us,
         # and we turn it into session/cancel.
         try:
-            builder = settings.apply_to(acp.SyncClient.builder(), start_new_session=True)
+            builder = acp.SyncClient.builder().agent_from_settings(settings, start_new_session=True)
         except ValueError as exc:  # a URL this installation cannot open
             out.write(f"acp chat: {exc}\n")
             return 2

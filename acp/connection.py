@@ -47,6 +47,7 @@ from queue import SimpleQueue
 from typing import TYPE_CHECKING, Any
 
 from . import polling, rpc
+from ._options import DEFAULT_WAIT_SPIN
 from .errors import ConnectionClosedError, RequestCancelledError
 from .executor import HandlerPool
 from .housekeeper import Housekeeper, TimerHandle
@@ -73,8 +74,6 @@ __all__ = [
 _log = logging.getLogger("acp.connection")
 
 DEFAULT_REQUEST_TIMEOUT = 60.0
-#: How long a blocking request polls for its answer before it sleeps (see the module docstring).
-DEFAULT_WAIT_SPIN = 0.0001
 CANCEL_REQUEST = rpc.CANCEL_REQUEST
 MAX_QUEUED_MESSAGES = _sched.MAX_QUEUED_MESSAGES
 ORDERINGS = rpc.ORDERINGS

@@ -865,7 +865,7 @@ def render_generated(model: Model, names: set[str]) -> str:
         "import msgspec",
         "from typing_extensions import TypeAlias",
         "",
-        "from ._runtime import MethodSpec, ResolvedUnion, UnknownVariant, resolve_fields",
+        "from ._runtime import MethodSpec, ResolvedUnion, UnknownVariant, register_generated, resolve_fields",
         "",
         "",
         "# gc=False: instances are not tracked by the cycle collector. Messages are trees of plain",
@@ -1063,6 +1063,10 @@ def render_tables(view: ModuleView) -> list[str]:
                 + "),"
             )
         out += ["})", ""]
+    if not unstable_module:
+        out.append("# The runtime's lenient decode reads the tables above (handed over: it never imports this).")
+        out.append("register_generated(globals())")
+        out.append("")
     return out
 
 

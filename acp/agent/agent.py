@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from .._options import WaitSpinOption
 from ..connection import Connection
 from ..transport.base import Transport
 from ..transport.stdio import StdioTransport
@@ -34,7 +35,7 @@ __all__ = ["SyncAgent", "SyncAgentBuilder", "AgentConnection"]
 _log = logging.getLogger("acp.agent")
 
 
-class SyncAgentBuilder(AgentBuilder[AgentRequestContext, PromptContext]):
+class SyncAgentBuilder(WaitSpinOption, AgentBuilder[AgentRequestContext, PromptContext]):
     """Collects handlers and options; :meth:`build` makes a :class:`~acp.agent.SyncAgent`.
     Handlers are plain functions, run on the handler executor."""
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, Union, overload
 from typing_extensions import Self
 
 from .. import schema
-from .._options import OrderingOption, WaitSpinOption
+from .._options import DEFAULT_WAIT_SPIN, OrderingOption
 from ..capabilities import ARCHIVE_METHODS, derive_agent_capabilities
 from .methods import AGENT_HANDLERS
 from .spec import (
@@ -51,9 +51,12 @@ MaybeAwaitable = Union[T, Awaitable[T]]
 """A handler's return: the value, or (on the async builder) an awaitable of it."""
 
 
-class AgentBuilder(OrderingOption, WaitSpinOption, Generic[C, P]):
+class AgentBuilder(OrderingOption, Generic[C, P]):
     """Collects handlers and options (the registration methods of both agent builders);
     a subclass's ``build()`` turns :meth:`_spec` into its runtime's agent."""
+
+    # What the threaded runtime polls (the sync builder offers wait_spin(); the asyncio one never polls).
+    _wait_spin: float = DEFAULT_WAIT_SPIN
 
     def __init__(self) -> None:
         self._handlers: dict[str, Callable[..., Any]] = {}

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Generator
-from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from .. import schema
 from ..capabilities import (
@@ -25,6 +25,7 @@ from ..capabilities import (
     gated_update_tag,
 )
 from ..errors import CapabilityError, RequestCancelledError
+from .protocols import Notifier
 from .state import ConnectionState
 
 if TYPE_CHECKING:
@@ -80,14 +81,6 @@ class ClientCall:
 
 Steps = Generator[ClientCall, Any, T]
 """Runtime-neutral steps: yield calls, receive their results, return a value."""
-
-
-class Notifier(Protocol):
-    """What the calls need of a runtime connection to send notifications (never blocks)."""
-
-    request_timeout: float | None
-
-    def notify(self, method: str, params: Any = None) -> None: ...
 
 
 Gate = Callable[[Notifier, "schema.SessionNotification"], bool]

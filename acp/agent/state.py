@@ -8,44 +8,14 @@ connection can never be used on another.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from typing import Any, Protocol
 
 from ..capabilities import NegotiatedCapabilities
 from ..errors import CapabilityError
 from ..schema import PROTOCOL_VERSION
+from .protocols import Call, Runtime
 from .turns import TurnRegistry
 
 __all__ = ["ConnectionState", "TerminalRegistry", "Call", "Runtime"]
-
-
-class Call(Protocol):
-    """An inbound request while its handler runs, as either runtime gives it to the facade
-    (:class:`acp.connection.InboundCall`, :class:`acp.aio.connection.AsyncInboundCall`)."""
-
-    id: Any
-    method: str
-    attachment: Any
-
-    @property
-    def is_answered(self) -> bool: ...
-
-    def on_cancel(self, callback: Callable[[], None]) -> Any: ...
-
-    def answer(self, result: Any) -> bool: ...
-
-    def answer_error(self, code: int, message: str | None = None, data: Any = None) -> bool: ...
-
-
-class Runtime(Protocol):
-    """What the shared agent code needs of either runtime's connection: notifications that
-    never block, the default call timeout, timers (grace periods, prompt deadlines)."""
-
-    request_timeout: float | None
-
-    def notify(self, method: str, params: Any = None) -> None: ...
-
-    def call_later(self, delay: float, callback: Callable[[], None]) -> Any: ...
 
 
 class TerminalRegistry:

@@ -33,8 +33,7 @@ from ..errors import INVALID_REQUEST, REQUEST_CANCELLED, RequestError
 from .cancellation import CancelToken
 
 if TYPE_CHECKING:
-    from .client_calls import Notifier
-    from .state import Call
+    from .protocols import Call, Notifier
 
 
 class TimerHandle(Protocol):

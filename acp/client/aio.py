@@ -28,7 +28,8 @@ from typing_extensions import Self
 
 from ..aio.connection import AsyncConnection, AsyncInboundCall
 from ..errors import ConnectionClosedError
-from ..transport._remote import RemoteSpec, kind
+from ..transport._remote import kind
+from ..transport.remote_spec import RemoteSpec
 from ._calls import ClientCalls, closed_error, next_cursor
 from ._plans import AwaitableCalls, Effect, Explain, Invoke, Notify, Plan, Send, explained
 from ._turns import TurnTracker

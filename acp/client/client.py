@@ -14,9 +14,14 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from typing_extensions import Self
+
 from .. import schema
+from .._options import WaitSpinOption
 from ..connection import Connection
 from ..errors import ConnectionClosedError
+from ..transport.base import Transport
+from ..transport.remote_spec import RemoteSpec
 from ._calls import (
     DEFAULT,
     SUPPORTED_PROTOCOL_VERSIONS,
@@ -29,17 +34,16 @@ from ._calls import (
 )
 from ._plans import BlockingCalls, Effect, Explain, Invoke, Notify, Send, explained
 from ._turns import TurnTracker
+from .config import ProcessSpec
+from .registration import ClientBuilderBase
 
 if TYPE_CHECKING:
-    from typing_extensions import Self
 
     from ..aio.transport.process import ProcessTransport as AioProcessTransport
     from ..connection import InboundCall
     from ..schema import unstable as _u
-    from ..transport.base import Transport
     from ..transport.process import ProcessTransport
     from ..wiretap import JsonlWireTap, WireTap
-    from .builder import SyncClientBuilder
     from .config import ClientConfig
 
 __all__ = [
@@ -147,8 +151,6 @@ class SyncClient(BlockingCalls, ClientCalls):
     @staticmethod
     def builder() -> SyncClientBuilder:
         """A new :class:`~acp.client.SyncClientBuilder`."""
-        from .builder import SyncClientBuilder  # the builder imports this module, not back
-
         return SyncClientBuilder()
 
     def __init__(
@@ -286,3 +288,46 @@ class SyncClient(BlockingCalls, ClientCalls):
 
     def __repr__(self) -> str:
         return f"SyncClient({self._transport.description!r}, {self._state_name()})"
+
+
+class SyncClientBuilder(WaitSpinOption, ClientBuilderBase):
+    """Collects a client's transport, handlers and options; :meth:`build` makes the client.
+
+    Every method returns the builder, so calls chain; the ``on_...`` variants register the
+    same handlers as decorators. :meth:`build` validates everything before it spawns anything.
+    Handlers are plain functions, run on the handler executor (``async def`` ones are refused:
+    use :class:`~acp.client.aio.AsyncClientBuilder`).
+    """
+
+    def transport(self, transport: Transport) -> Self:
+        """Talk over an existing transport (``memory_pair()``, a socket...); the client owns
+        it from :meth:`build` on and closes it."""
+        self._transports.append(transport)
+        return self
+
+    def build(self) -> SyncClient:
+        """Validate, open the transport (spawning the agent), start the connection.
+
+        Raises ``ValueError`` naming every problem: no transport or more than one, a partial
+        set of terminal handlers, a capability declared without its handler.
+        """
+        from ..transport.process import ProcessTransport
+
+        config = self.config()
+        source = config.source
+        process: ProcessTransport | None = None
+        transport: Transport
+        with config.opening() as (tap, owned_tap):
+            if isinstance(source, ProcessSpec):
+                transport = process = ProcessTransport(
+                    source.argv,
+                    cwd=source.cwd,
+                    env=source.env,
+                    inherit_env=source.inherit_env,
+                    start_new_session=source.start_new_session,
+                )
+            elif isinstance(source, RemoteSpec):
+                transport = source.open()
+            else:
+                transport = source
+        return SyncClient(config, transport, process=process, wire_tap=tap, owned_tap=owned_tap)

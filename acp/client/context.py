@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Generic, Protocol
+from typing import Any, Generic, Protocol
 
 from typing_extensions import TypeVar
-
-if TYPE_CHECKING:
-    from .client import SyncClient
 
 __all__ = ["AgentProxy", "CallView", "ClientRequestContext"]
 
 _USE_DEFAULT: Any = object()
 
-#: The client type a handler's context refers to (``SyncClient`` unless said otherwise).
-ClientT = TypeVar("ClientT", default="SyncClient")
+#: The client type a handler's context refers to: ``ClientRequestContext[SyncClient]`` types
+#: ``ctx.client`` exactly; bare, it is ``Any`` (this module is below the clients: it imports
+#: neither).
+ClientT = TypeVar("ClientT", default=Any)
 
 
 class CallView(Protocol):

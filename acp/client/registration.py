@@ -25,10 +25,11 @@ import msgspec
 from typing_extensions import Self
 
 from .. import schema
-from .._options import OrderingOption, WaitSpinOption
+from .._options import DEFAULT_WAIT_SPIN, OrderingOption
 from ..capabilities import TERMINAL_METHODS, derive_client_capabilities
 from ..connection import DEFAULT_REQUEST_TIMEOUT
-from ..transport._remote import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_OPEN_TIMEOUT, RemoteSpec
+from ..transport._remote import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_OPEN_TIMEOUT
+from ..transport.remote_spec import RemoteSpec
 from .config import ClientConfig, HandlerSet, ProcessSpec, StrPath
 from .context import ClientRequestContext
 
@@ -92,13 +93,16 @@ def _default_client_info() -> schema.Implementation:
     return schema.Implementation(name="acp-python", version=__version__)
 
 
-class ClientBuilderBase(OrderingOption, WaitSpinOption):
+class ClientBuilderBase(OrderingOption):
     """Collects a client's transport, handlers and options; a subclass's ``build()`` makes the
     client from :meth:`config`.
 
     Every method returns the builder, so calls chain; the ``on_...`` variants register the
     same handlers as decorators. Everything is validated before anything is spawned or opened.
     """
+
+    # What the threaded runtime polls (the sync builder offers wait_spin(); the asyncio one never polls).
+    _wait_spin: float = DEFAULT_WAIT_SPIN
 
     #: Whether handlers may be ``async def`` (the asyncio runtime awaits them).
     _async_handlers = False
@@ -142,10 +146,14 @@ class ClientBuilderBase(OrderingOption, WaitSpinOption):
         self._transports.append(ProcessSpec(argv_t, cwd, env, inherit_env, start_new_session))
         return self
 
-    def agent_from_settings(self, settings: Mapping[str, str] | AgentSettings | None = None) -> Self:
+    def agent_from_settings(
+        self, settings: Mapping[str, str] | AgentSettings | None = None, *, start_new_session: bool = False
+    ) -> Self:
         """Take the transport from settings (None: ``os.environ``): ``ACP_AGENT_COMMAND`` (with
         ``ACP_AGENT_CWD``) is spawned like :meth:`agent_process`, ``ACP_AGENT_URL`` (with
         ``ACP_AGENT_HEADERS``, ``ACP_AGENT_TOKEN``) is opened like :meth:`connect`.
+        ``start_new_session`` is passed to ``agent_process`` (an interactive client keeps
+        Ctrl-C away from the agent).
 
         Exactly one of the two must be set; otherwise, or for a malformed value, raises
         :class:`~acp.client.settings.AgentSettingsError` (a ``ValueError``) naming the keys.
@@ -155,7 +163,10 @@ class ClientBuilderBase(OrderingOption, WaitSpinOption):
 
         if not isinstance(settings, AgentSettings):
             settings = AgentSettings.from_mapping(settings)
-        return settings.apply_to(self)
+        if settings.command is not None:
+            return self.agent_process(*settings.command, cwd=settings.cwd, start_new_session=start_new_session)
+        assert settings.url is not None
+        return self.connect(settings.url, headers=dict(settings.headers) or None)
 
     def connect(
         self,

@@ -39,12 +39,11 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, TypeVar
+from typing import TYPE_CHECKING, Literal
 from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
     from ..transport.base import Transport
-    from .registration import ClientBuilderBase
 
 __all__ = [
     "ACP_AGENT_COMMAND",
@@ -78,7 +77,6 @@ _URL_ONLY = (ACP_AGENT_HEADERS, ACP_AGENT_TOKEN)
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP token (RFC 9110)
 _BAD_VALUE_CHAR = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # controls except horizontal tab
 
-B = TypeVar("B", bound="ClientBuilderBase")
 
 
 class AgentSettingsError(ValueError):
@@ -221,17 +219,6 @@ class AgentSettings:
         assert self.url is not None
         return _redact_url(self.url)
 
-    def apply_to(self, builder: B, *, start_new_session: bool = False) -> B:
-        """Give ``builder`` this transport: ``agent_process(*command, cwd=cwd)`` or
-        ``connect(url, headers=headers)``. ``start_new_session`` is passed to
-        ``agent_process`` (an interactive client keeps Ctrl-C away from the agent)."""
-        if self.command is not None:
-            builder.agent_process(*self.command, cwd=self.cwd, start_new_session=start_new_session)
-        else:
-            assert self.url is not None
-            builder.connect(self.url, headers=dict(self.headers) or None)
-        return builder
-
     def open_transport(self) -> Transport:
         """Spawn the agent or connect to it now, without a client (for a raw
         :class:`~acp.connection.Connection`, or ``acp check``)."""
@@ -239,7 +226,7 @@ class AgentSettings:
             from ..transport.process import ProcessTransport
 
             return ProcessTransport(self.command, cwd=self.cwd)
-        from ..transport._remote import RemoteSpec
+        from ..transport.remote_spec import RemoteSpec
 
         assert self.url is not None
         return RemoteSpec(url=self.url, headers=dict(self.headers) or None).open()

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Final, Literal, Unio
 import msgspec
 from typing_extensions import TypeAlias
 
-from ._runtime import MethodSpec, ResolvedUnion, UnknownVariant, resolve_fields
+from ._runtime import MethodSpec, ResolvedUnion, UnknownVariant, register_generated, resolve_fields
 
 
 # gc=False: instances are not tracked by the cycle collector. Messages are trees of plain
@@ -2313,6 +2313,9 @@ STABLE_CLIENT_METHODS: Final = MappingProxyType({
     "elicitation/complete": MethodSpec("elicitation/complete", CompleteElicitationNotification, None, False),
     "$/cancel_request": MethodSpec("$/cancel_request", CancelRequestNotification, None, False),
 })
+
+# The runtime's lenient decode reads the tables above (handed over: it never imports this).
+register_generated(globals())
 
 
 PROTOCOL_VERSION: Final = 1

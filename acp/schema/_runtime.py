@@ -51,6 +51,7 @@ __all__ = [
     "decoder",
     "encode",
     "encoder",
+    "register_generated",
     "resolve_fields",
 ]
 
@@ -224,10 +225,14 @@ _RESOLVED_FIELDS: dict[type, list[tuple[str, Any, bool]]] = {}  # (attr, hint, h
 _UNKNOWN_BY_VARIANTS: dict[frozenset[Any], type[UnknownVariant]] = {}
 
 
-def _generated() -> Any:
-    from . import _generated
+# The generated module's namespace (its types and bookkeeping tables), handed over when it is
+# imported: configuration flows from the generated code to this runtime, never back.
+_GENERATED: dict[str, Any] = {}
 
-    return _generated
+
+def register_generated(namespace: dict[str, Any]) -> None:
+    """Called by ``acp.schema._generated`` at the end of its import: its tables and types."""
+    _GENERATED.update(namespace)
 
 
 def _hints(cls: type) -> dict[str, Any]:
@@ -238,13 +243,12 @@ def _hints(cls: type) -> dict[str, Any]:
 def _plan(cls: type) -> list[_FieldPlan]:
     plan = _PLANS.get(cls)
     if plan is None:
-        gen = _generated()
         hints = _hints(cls)
         lenient: set[str] = set()
         skip: set[str] = set()
         for klass in cls.__mro__:
-            lenient.update(gen._LENIENT_FIELDS.get(klass.__name__, ()))
-            skip.update(gen._SKIP_INVALID_ITEMS.get(klass.__name__, ()))
+            lenient.update(_GENERATED["_LENIENT_FIELDS"].get(klass.__name__, ()))
+            skip.update(_GENERATED["_SKIP_INVALID_ITEMS"].get(klass.__name__, ()))
         plan = []
         for info in msgspec.structs.fields(cls):
             entry = _FieldPlan(info.name, info.encode_name, hints[info.name], info.required)
@@ -272,10 +276,9 @@ def _mentions_resolved(hint: Any) -> bool:
 
 def _unknown_for(variants: frozenset[Any]) -> type[UnknownVariant] | None:
     if not _UNKNOWN_BY_VARIANTS:
-        gen = _generated()
-        for union, unknown in gen._TAGGED_UNIONS.items():
-            members = frozenset(get_args(getattr(gen, union)))
-            _UNKNOWN_BY_VARIANTS[members] = getattr(gen, unknown)
+        for union, unknown in _GENERATED["_TAGGED_UNIONS"].items():
+            members = frozenset(get_args(_GENERATED[union]))
+            _UNKNOWN_BY_VARIANTS[members] = _GENERATED[unknown]
     return _UNKNOWN_BY_VARIANTS.get(variants)
 
 
