@@ -17,9 +17,10 @@ from collections.abc import Awaitable, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from .. import schema
+from ..effects import CancelledAfter, Send, run_awaiting
 from ..errors import RequestCancelledError
 from .cancellation import CancelToken
-from .client_calls import DEFAULT, ClientCall, ClientCalls, Gate, Steps, T
+from .client_calls import DEFAULT, CallsToClient, Gate, Steps, T, timeout_for
 from .commands import CommandResult
 from .context import _ContextBase, _PromptBase, _ToolContent
 from .state import Call, ConnectionState
@@ -34,17 +35,7 @@ __all__ = ["AsyncClientProxy", "AsyncAgentRequestContext", "AsyncPromptContext"]
 _log = logging.getLogger("acp.agent")
 
 
-class _CancelledWith(Exception):
-    """A call that must not be abandoned was answered after its task was cancelled: the
-    answer goes into the steps, the cancellation is re-raised once they are done."""
-
-    def __init__(self, cancelled: asyncio.CancelledError, value: Any) -> None:
-        super().__init__()
-        self.cancelled = cancelled
-        self.value = value
-
-
-class AsyncClientProxy(ClientCalls):
+class AsyncClientProxy(CallsToClient):
     """The client's methods, typed and awaitable, for one connection of an AsyncAgent (and
     optionally one prompt turn). Notifications (``session_update``, ...) are plain methods."""
 
@@ -69,32 +60,9 @@ class AsyncClientProxy(ClientCalls):
         """Drive ``steps`` to the end, awaiting each call. A cancelled task reaches the steps as
         :class:`RequestCancelledError` (as in the threaded runtime, so their clean-up is the
         same); its CancelledError is re-raised once they are done."""
-        result: Any = None
-        error: BaseException | None = None
-        cancelled: asyncio.CancelledError | None = None
-        while True:
-            try:
-                call = steps.send(result) if error is None else steps.throw(error)
-            except StopIteration as done:
-                if cancelled is not None:
-                    raise cancelled from None
-                return cast(T, done.value)
-            except BaseException:
-                if cancelled is not None:
-                    raise cancelled from None
-                raise
-            error = None
-            try:
-                result = await self._perform(call)
-            except _CancelledWith as late:
-                cancelled, result = late.cancelled, late.value
-            except asyncio.CancelledError as exc:
-                cancelled = exc
-                result, error = None, RequestCancelledError(f"{call.method}: the prompt turn was cancelled")
-            except BaseException as exc:  # into the steps: their clean-up runs
-                result, error = None, exc
+        return await run_awaiting(steps, self._perform, _cancelled_as)
 
-    def _perform(self, call: ClientCall) -> Awaitable[Any]:
+    def _perform(self, call: Send) -> Awaitable[Any]:
         # A plain function returning the awaitable (a refusal raises here, inside _run's try):
         # an abandonable call awaits the connection's request coroutine directly, one
         # coroutine frame less per call.
@@ -103,7 +71,7 @@ class AsyncClientProxy(ClientCalls):
         if token is not None and call.refuse and token.is_cancelled:
             raise RequestCancelledError(f"{method}: the prompt turn was cancelled")
         connection = cast("AsyncConnection", self._connection)
-        timeout = call.timeout_for(connection.request_timeout)
+        timeout = timeout_for(call, connection.request_timeout)
         if _log.isEnabledFor(logging.DEBUG):
             _log.debug("-> %s %s", method, schema.encode(call.params).decode(errors="replace"))
         request = connection.request(method, call.params, call.result_type, timeout=timeout)
@@ -123,7 +91,7 @@ class AsyncClientProxy(ClientCalls):
                 value = await task
             except asyncio.CancelledError:
                 raise exc from None
-            raise _CancelledWith(exc, value) from None
+            raise CancelledAfter(exc, value) from None
 
     # ---------------------------------------------------------------- requests
 
@@ -311,3 +279,7 @@ class AsyncPromptContext(_PromptBase, AsyncAgentRequestContext):
         """``terminal/release``: kill the command if running and free the terminal; goes out
         even after the turn was cancelled."""
         await self._client._run(self._release_terminal(terminal_id))
+
+
+def _cancelled_as(call: Send) -> RequestCancelledError:
+    return RequestCancelledError(f"{call.method}: the prompt turn was cancelled")

@@ -1,10 +1,12 @@
 """The agent -> client calls, written once for both runtimes.
 
-Each request is a small generator (its *steps*): it checks what the client advertised on this
-connection (raising :class:`~acp.errors.CapabilityError` before anything is sent), yields one
-:class:`ClientCall` per request it needs, and interprets the answers. A runtime drives the
-steps: :class:`~acp.agent.ClientProxy` performs each call by blocking on the threaded
-connection, :class:`~acp.agent.AsyncClientProxy` by awaiting the asyncio one. Answers are sent
+Each request is a small generator (its *steps*, a plan of :mod:`acp.effects`, as the client's
+calls to the agent are): it checks what the client advertised on this connection (raising
+:class:`~acp.errors.CapabilityError` before anything is sent), yields one
+:class:`~acp.effects.Send` per request it needs, and interprets the answers. A runtime drives
+the steps with the shared drivers: :class:`~acp.agent.ClientProxy` blocks on the threaded
+connection (:func:`acp.effects.run`), :class:`~acp.agent.AsyncClientProxy` awaits the asyncio
+one (:func:`acp.effects.run_awaiting`). Answers are sent
 back into the generator, errors thrown into it (a cancelled call as
 :class:`~acp.errors.RequestCancelledError` in both runtimes), so clean-up written here with
 ``try``/``except``/``finally`` runs the same way in both. Notifications never wait: they are
@@ -14,7 +16,6 @@ plain methods here, shared as they are.
 from __future__ import annotations
 
 import logging
-from collections.abc import Generator
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from .. import schema
@@ -24,6 +25,7 @@ from ..capabilities import (
     NegotiatedCapabilities,
     gated_update_tag,
 )
+from ..effects import DEFAULT, Plan, Send
 from ..errors import CapabilityError, RequestCancelledError
 from .protocols import Notifier
 from .state import ConnectionState
@@ -31,14 +33,11 @@ from .state import ConnectionState
 if TYPE_CHECKING:
     from ..schema import unstable as _unstable
 
-__all__ = ["ClientCall", "ClientCalls", "Steps", "Notifier", "Gate"]
+__all__ = ["DEFAULT", "CallsToClient", "Gate", "Notifier", "Send", "Steps", "timeout_for"]
 
 _log = logging.getLogger("acp.agent")
 
 T = TypeVar("T")
-
-DEFAULT: Any = object()
-"""A :class:`ClientCall` timeout meaning "the connection's request timeout"."""
 
 # Calls that wait on a human or on a command: no default timeout (the turn's cancel still
 # wakes them, and max_prompt_duration bounds a whole turn).
@@ -48,39 +47,16 @@ _UNBOUNDED = frozenset({"session/request_permission", "terminal/wait_for_exit", 
 _UNSTABLE_UPDATE_TAGS = frozenset({"subagent_update", "session_message", "session_message_chunk"})
 
 
-class ClientCall:
-    """One request the steps want answered. ``abandon``: a cancelled turn abandons the call
-    (``$/cancel_request``); False for calls whose answer must not be lost (a created terminal's
-    id). ``refuse``: a turn already cancelled refuses it before sending; False for clean-up.
-
-    A plain class with slots, not a frozen dataclass: one is made per agent -> client call, and
-    a frozen dataclass's ``__init__`` (``object.__setattr__`` per field) took 0.56 us, this 0.12."""
-
-    __slots__ = ("method", "params", "result_type", "timeout", "abandon", "refuse")
-
-    def __init__(
-        self, method: str, params: Any, result_type: Any, timeout: float | None = DEFAULT,
-        abandon: bool = True, refuse: bool = True,
-    ) -> None:
-        self.method = method
-        self.params = params
-        self.result_type = result_type
-        self.timeout = timeout
-        self.abandon = abandon
-        self.refuse = refuse
-
-    def __repr__(self) -> str:
-        return f"ClientCall({self.method!r}, timeout={self.timeout!r}, abandon={self.abandon}, refuse={self.refuse})"
-
-    def timeout_for(self, default: float | None) -> float | None:
-        """The timeout to use, given the connection's ``request_timeout``."""
-        if self.timeout is not DEFAULT:
-            return self.timeout
-        return None if self.method in _UNBOUNDED else default
+def timeout_for(call: Send, default: float | None) -> float | None:
+    """The timeout of an agent -> client call, given the connection's ``request_timeout``."""
+    if call.timeout is not DEFAULT:
+        return call.timeout
+    return None if call.method in _UNBOUNDED else default
 
 
-Steps = Generator[ClientCall, Any, T]
-"""Runtime-neutral steps: yield calls, receive their results, return a value."""
+Steps = Plan[T]
+"""Runtime-neutral steps (a plan of :mod:`acp.effects`): yield calls, receive their results,
+return a value."""
 
 
 Gate = Callable[[Notifier, "schema.SessionNotification"], bool]
@@ -88,7 +64,7 @@ Gate = Callable[[Notifier, "schema.SessionNotification"], bool]
 answered" (:meth:`~acp.agent.turns.Turn.send`); True if sent (or handed over to be)."""
 
 
-class ClientCalls:
+class CallsToClient:
     """The client's methods for one connection (and optionally one prompt turn): the shared
     half of :class:`~acp.agent.ClientProxy` and :class:`~acp.agent.AsyncClientProxy`."""
 
@@ -109,7 +85,7 @@ class ClientCalls:
         """What was negotiated in ``initialize`` on this connection."""
         return self._state.capabilities
 
-    def uncancellable(self) -> ClientCalls:
+    def uncancellable(self) -> CallsToClient:
         """The same proxy without cancellation, for clean-up calls that must go out even after
         the turn was cancelled (releasing a terminal)."""
         raise NotImplementedError
@@ -117,10 +93,10 @@ class ClientCalls:
     # ---------------------------------------------------------------- plumbing
 
     def _op(self, method: str, params: Any, result_type: Any, timeout: float | None = DEFAULT,
-            abandon: bool = True) -> ClientCall:
+            abandon: bool = True) -> Send:
         # An uncancellable proxy (clean-up) neither refuses nor abandons its calls.
         cancellable = self._cancellable
-        return ClientCall(method, params, result_type, timeout, abandon and cancellable, cancellable)
+        return Send(method, params, result_type, timeout, abandon=abandon and cancellable, refuse=cancellable)
 
     def _require(self, method: str) -> None:
         self._state.capabilities.require_client_method(method)
@@ -200,12 +176,12 @@ class ClientCalls:
         result: schema.ReadTextFileResponse = yield self._read_text_file_call(request)
         return result
 
-    def _read_text_file_call(self, request: schema.ReadTextFileRequest) -> ClientCall:
+    def _read_text_file_call(self, request: schema.ReadTextFileRequest) -> Send:
         """The one call of ``fs/read_text_file``, checked: a runtime may perform it directly,
         with no steps to drive (the blocking ``read_file`` does, once per read)."""
         self._state.capabilities.require_client_method("fs/read_text_file")
         cancellable = self._cancellable  # self._op(), inlined
-        return ClientCall("fs/read_text_file", request, schema.ReadTextFileResponse, DEFAULT, cancellable, cancellable)
+        return Send("fs/read_text_file", request, schema.ReadTextFileResponse, DEFAULT, abandon=cancellable, refuse=cancellable)
 
     def _write_text_file(self, request: schema.WriteTextFileRequest) -> Steps[schema.WriteTextFileResponse]:
         self._require("fs/write_text_file")

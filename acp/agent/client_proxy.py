@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 from .. import schema
 from ..connection import Connection
+from ..effects import Send, run
 from ..errors import RequestCancelledError
 from .cancellation import CancelToken
-from .client_calls import _UNBOUNDED, DEFAULT, ClientCall, ClientCalls, Gate, Notifier, Steps, T
+from .client_calls import _UNBOUNDED, DEFAULT, CallsToClient, Gate, Notifier, Steps, T
 from .state import ConnectionState
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ __all__ = ["ClientProxy"]
 _log = logging.getLogger("acp.agent")
 
 
-class ClientProxy(ClientCalls):
+class ClientProxy(CallsToClient):
     """The client's methods, typed, for one connection (and optionally one prompt turn)."""
 
     def __init__(
@@ -51,21 +52,9 @@ class ClientProxy(ClientCalls):
 
     def _run(self, steps: Steps[T]) -> T:
         """Drive ``steps`` to the end, blocking on each call."""
-        result: Any = None
-        error: BaseException | None = None
-        while True:
-            try:
-                call = steps.send(result) if error is None else steps.throw(error)
-            except StopIteration as done:
-                value: T = done.value  # not typing.cast: that is a Python call per request
-                return value
-            error = None
-            try:
-                result = self._perform(call)
-            except BaseException as exc:  # into the steps: their clean-up runs
-                result, error = None, exc
+        return run(steps, self._perform)
 
-    def _perform(self, call: ClientCall) -> Any:
+    def _perform(self, call: Send) -> Any:
         method = call.method
         token = self._token
         if token is not None and call.refuse and token.is_cancelled:

@@ -15,7 +15,7 @@ from typing import Any
 
 from .. import schema
 from ..errors import AcpError, RequestCancelledError
-from .client_calls import ClientCalls, Steps
+from .client_calls import CallsToClient, Steps
 
 __all__ = ["CommandResult", "run_command"]
 
@@ -42,7 +42,7 @@ class CommandResult:
 
 
 def run_command(
-    client: ClientCalls,
+    client: CallsToClient,
     session_id: str,
     argv: Sequence[str],
     cwd: str | None = None,

@@ -26,13 +26,12 @@ from ..capabilities import NegotiatedCapabilities
 from ..errors import RequestCancelledError, RequestError
 from . import permissions
 from .cancellation import CancelToken
-from .client_calls import ClientCalls, Gate, Notifier, Steps
+from .client_calls import CallsToClient, Gate, Notifier, Steps
 from .client_proxy import ClientProxy
 from .state import Call, ConnectionState
 from .turns import Turn
 
 if TYPE_CHECKING:
-    from ..connection import Connection
     from ..schema import unstable as _unstable
     from .commands import CommandResult  # imported when a command runs (a dataclass: ~0.4 ms)
 
@@ -134,7 +133,7 @@ class _SessionMethods:
     """The update helpers shared by :class:`SessionUpdater` and :class:`PromptContext`."""
 
     session_id: str
-    _client: ClientCalls
+    _client: CallsToClient
 
     def send_update(self, update: schema.SessionUpdate) -> bool:
         """Send one ``session/update``. In a prompt turn, an update sent after the prompt was
@@ -360,7 +359,7 @@ class SessionUpdater(_SessionMethods):
     """Sends ``session/update`` notifications for one session outside a prompt turn (history
     replay in ``session/load``, mode changes, ...)."""
 
-    def __init__(self, session_id: str, client: ClientCalls) -> None:
+    def __init__(self, session_id: str, client: CallsToClient) -> None:
         self.session_id = session_id
         self._client = client
 
@@ -368,7 +367,7 @@ class SessionUpdater(_SessionMethods):
 class _ContextBase:
     """What the request contexts of both runtimes share."""
 
-    _client: ClientCalls
+    _client: CallsToClient
 
     _token: CancelToken
 
@@ -392,7 +391,7 @@ class _ContextBase:
 
     def _make_client(
         self, state: ConnectionState, token: CancelToken, gate: Gate | None
-    ) -> ClientCalls:
+    ) -> CallsToClient:
         raise NotImplementedError
 
     def _gate(self) -> Gate | None:
@@ -626,28 +625,8 @@ class PromptContext(_PromptBase, AgentRequestContext):
 
     def read_file(self, path: str, line: int | None = None, limit: int | None = None) -> str:
         """The text of ``path`` (``fs/read_text_file``); raises on failure."""
-        # ClientProxy._perform(_read_text_file_call()) performed directly: no steps, no call
-        # record, two Python calls less per read (3.9 -> 3.55 us in process). The same checks:
-        # the capability, a turn already cancelled, and a turn cancelled meanwhile abandons the
-        # call. With DEBUG logging the general path logs the payload.
-        client = self._client
         request = schema.ReadTextFileRequest(session_id=self.session_id, path=path, line=line, limit=limit)
-        if _log.isEnabledFor(logging.DEBUG):
-            logged: schema.ReadTextFileResponse = client._perform(client._read_text_file_call(request))
-            return logged.content
-        client._state.capabilities.require_client_method("fs/read_text_file")
-        token = client._token if client._cancellable else None
-        if token is not None and token.is_cancelled:
-            raise RequestCancelledError("fs/read_text_file: the prompt turn was cancelled")
-        connection: Connection = client._connection  # type: ignore[assignment]  # the threaded one
-        try:
-            response: schema.ReadTextFileResponse = connection.request(
-                "fs/read_text_file", request, schema.ReadTextFileResponse,
-                timeout=connection.request_timeout, cancel=token,
-            )
-        except RequestCancelledError:
-            raise RequestCancelledError("fs/read_text_file: the prompt turn was cancelled") from None
-        return response.content
+        return self.client.read_text_file(request).content
 
     def try_read_file(self, path: str, line: int | None = None, limit: int | None = None) -> str | None:
         """Like :meth:`read_file`, but None when the client answers with an error. A missing

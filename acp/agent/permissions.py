@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from .. import schema
 from ..errors import INTERNAL_ERROR, RequestError
-from .client_calls import ClientCalls, Steps
+from .client_calls import CallsToClient, Steps
 
 __all__ = ["ALLOW_OPTION_ID", "REJECT_OPTION_ID", "ask_permission", "ask_choice", "new_tool_call_id"]
 
@@ -40,7 +40,7 @@ def new_tool_call_id() -> str:
 
 def _ask(
     updates: _Updates,
-    client: ClientCalls,
+    client: CallsToClient,
     title: str,
     kind: str,
     options: list[schema.PermissionOption],
@@ -108,7 +108,7 @@ def _settle(updates: _Updates, tool_call_id: str, status: str) -> None:
 
 def ask_permission(
     updates: _Updates,
-    client: ClientCalls,
+    client: CallsToClient,
     action: str,
     kind: str = schema.ToolKinds.OTHER,
     content: list[schema.ToolCallContent] | None = None,
@@ -131,7 +131,7 @@ def ask_permission(
 
 
 def ask_choice(
-    updates: _Updates, client: ClientCalls, question: str, choices: Sequence[str], *, name: str | None = None
+    updates: _Updates, client: CallsToClient, question: str, choices: Sequence[str], *, name: str | None = None
 ) -> Steps[str | None]:
     """The text of the option the client chose, or None when cancelled."""
     if not choices:

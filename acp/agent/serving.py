@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from ..capabilities import NegotiatedCapabilities
-from .client_calls import ClientCalls
+from .client_calls import CallsToClient
 from .context import SessionUpdater
 from .spec import AgentSpec
 from .state import ConnectionState, Runtime
@@ -38,7 +38,7 @@ class AgentConnectionBase:
         turns = TurnRegistry(connection.call_later, spec.cancel_grace_period, spec.max_prompt_duration)
         self._state = ConnectionState(connection, turns, spec.unstable)
 
-    def _proxy(self) -> ClientCalls:
+    def _proxy(self) -> CallsToClient:
         raise NotImplementedError
 
     @property

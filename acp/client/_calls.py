@@ -303,13 +303,10 @@ class ClientCalls(UnstableMethods):
         """Check ``method`` with ``params`` and describe its sending: the ``Send`` itself (the
         common case: no generator to create and resume), or a plan when the connection is
         closed (the runtime explains why) or DEBUG logging wants the answer."""
-        # _agent_method() and is_closed, inlined: once per client call.
-        spec = schema.STABLE_AGENT_METHODS.get(method)
-        if spec is None:
-            spec = schema.AGENT_METHODS[method]
+        spec = _agent_method(method)
         if spec.unstable:
             self._check_unstable(method)
-        if self._closed or self._conn.is_closed:
+        if self.is_closed:
             return self._explain(method)
         negotiated = self._refuse(method)
         self._check_params(negotiated, method, params)

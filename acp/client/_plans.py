@@ -1,9 +1,9 @@
 """Plans: client calls written once, driven by a blocking or an awaiting runtime.
 
-A plan is a generator that does no I/O: it yields *effects* (send this request, send this
+A plan (:mod:`acp.effects`, shared with the agent's calls to the client) is a generator that
+does no I/O: it yields *effects* (:class:`~acp.effects.Send` this request; here also send this
 notification, call this handler, explain why the connection is gone, close the client) and is
-sent back their
-results. :class:`BlockingCalls` (``SyncClient``) performs each effect and blocks;
+sent back their results. :class:`BlockingCalls` (``SyncClient``) performs each effect and blocks;
 :class:`AwaitableCalls` (``AsyncClient``) awaits it. A failure of an effect is thrown into the
 plan at its ``yield``, so the plan's ``try``/``finally`` blocks (the turn bookkeeping of
 ``prompt``) run on both runtimes alike, task cancellation included. A call that is just one
@@ -24,6 +24,7 @@ from typing import Any, Generic, TypeVar, Union, overload
 
 from typing_extensions import Concatenate, ParamSpec
 
+from ..effects import Send, run, run_awaiting
 from ..errors import ConnectionClosedError
 
 __all__ = [
@@ -43,28 +44,6 @@ __all__ = [
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-
-class Send:
-    """Send a request and resume the plan with its typed result. A ``ConnectionClosedError``
-    is replaced by the runtime's explanation (the agent's exit status...) unless
-    ``keep_subclass`` and it is a subclass (a remote refusal, with its HTTP status).
-
-    ``turn`` is set on a ``session/prompt`` that is a whole turn by itself (the blocking
-    runtime's prompt): the session the runtime counts as prompting while the request is in
-    flight (``TurnTracker.prompt_started``/``prompt_finished``)."""
-
-    __slots__ = ("method", "params", "result_type", "timeout", "keep_subclass", "turn")
-
-    def __init__(
-        self, method: str, params: Any, result_type: Any, timeout: float | None, keep_subclass: bool = False
-    ) -> None:
-        self.method = method
-        self.params = params
-        self.result_type = result_type
-        self.timeout = timeout
-        self.keep_subclass = keep_subclass
-        self.turn: str | None = None
 
 
 class Notify:
@@ -110,7 +89,8 @@ def explained(effect: Effect, exc: ConnectionClosedError) -> bool:
     """Whether the runtime replaces ``exc``, raised by a ``Send`` or ``Notify``, with its own
     explanation of why the connection is gone."""
     return not (type(effect) is Send and effect.keep_subclass and type(exc) is not ConnectionClosedError)
-#: A call's plan: yields effects, is sent their results, returns the call's result.
+#: A call's plan (see :mod:`acp.effects`): yields effects, is sent their results, returns the
+#: call's result.
 Plan = Generator[Effect, Any, R]
 #: What an operation returns: a plan, or (the common case of a call that is one request) the
 #: ``Send`` itself, which the runtime performs with no generator to create and resume.
@@ -124,19 +104,7 @@ class BlockingCalls:
         raise NotImplementedError
 
     def _run(self, plan: Plan[R]) -> R:
-        send, perform = plan.send, self._perform
-        try:
-            effect = send(None)
-            while True:
-                try:
-                    value = perform(effect)
-                except BaseException as exc:  # thrown into the plan, which may handle it
-                    effect = plan.throw(exc)
-                else:
-                    effect = send(value)
-        except StopIteration as stop:  # the plan returned
-            result: R = stop.value
-            return result
+        return run(plan, self._perform)
 
     def _settle(self, effect: Invoke, finish: Callable[[Invoke, Any, BaseException | None], R]) -> R:
         """Perform one effect and return ``finish(effect, result, None)``, or on failure
@@ -151,22 +119,9 @@ class BlockingCalls:
         @functools.wraps(plan)
         def call(*args: Any, **kwargs: Any) -> Any:
             work = plan(self, *args, **kwargs)
-            perform = self._perform
             if type(work) is Send:  # one request: its outcome is the call's
-                return perform(work)
-            # A plan: self._run(work), inlined (one call less per prompt).
-            send = work.send  # type: ignore[union-attr]
-            try:
-                effect = send(None)
-                while True:
-                    try:
-                        value = perform(effect)
-                    except BaseException as exc:  # thrown into the plan, which may handle it
-                        effect = work.throw(exc)  # type: ignore[union-attr]
-                    else:
-                        effect = send(value)
-            except StopIteration as stop:  # the plan returned
-                return stop.value
+                return self._perform(work)
+            return run(work, self._perform)  # type: ignore[arg-type]  # a Plan
 
         return call
 
@@ -178,19 +133,7 @@ class AwaitableCalls:
         raise NotImplementedError
 
     async def _run(self, plan: Plan[R]) -> R:
-        send, perform = plan.send, self._perform
-        try:
-            effect = send(None)
-            while True:
-                try:
-                    value = await perform(effect)
-                except BaseException as exc:  # CancelledError too: the plan's finally blocks run
-                    effect = plan.throw(exc)
-                else:
-                    effect = send(value)
-        except StopIteration as stop:  # the plan returned
-            result: R = stop.value
-            return result
+        return await run_awaiting(plan, self._perform)
 
     async def _settle(self, effect: Invoke, finish: Callable[[Invoke, Any, BaseException | None], R]) -> R:
         """Perform one effect and return ``finish(effect, result, None)``, or on failure

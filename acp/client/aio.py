@@ -31,7 +31,7 @@ from ..errors import ConnectionClosedError
 from ..transport._remote import kind
 from ..transport.remote_spec import RemoteSpec
 from ._calls import ClientCalls, closed_error, next_cursor
-from ._plans import AwaitableCalls, Effect, Explain, Invoke, Notify, Plan, Send, explained
+from ._plans import AwaitableCalls, Effect, Explain, Invoke, Notify, Send, explained
 from ._turns import TurnTracker
 from .client import AgentProcess
 from .config import ProcessSpec
@@ -213,38 +213,6 @@ class AsyncClient(AwaitableCalls, ClientCalls):
         if inspect.isawaitable(result):  # a plain function that returned a coroutine
             result = await result
         return result
-
-    async def _run(self, plan: Plan[R]) -> R:
-        # AwaitableCalls._run with the common effects performed here rather than through
-        # _perform (one coroutine less per request and per handler call); the same outcomes.
-        send = plan.send
-        conn = self._conn
-        try:
-            effect = send(None)
-            while True:
-                try:
-                    kind_ = type(effect)
-                    if kind_ is Send:
-                        assert isinstance(effect, Send)
-                        try:
-                            value = await conn.request(
-                                effect.method, effect.params, effect.result_type, timeout=effect.timeout
-                            )
-                        except ConnectionClosedError as exc:
-                            if not explained(effect, exc):
-                                raise
-                            raise (await self._closed_error(effect.method)) from exc
-                    elif kind_ is Invoke and is_async(effect.fn):  # type: ignore[union-attr]
-                        value = await effect.fn(*effect.args)  # type: ignore[union-attr]
-                    else:
-                        value = await self._perform(effect)
-                except BaseException as exc:  # CancelledError too: the plan's finally blocks run
-                    effect = plan.throw(exc)
-                else:
-                    effect = send(value)
-        except StopIteration as stop:  # the plan returned
-            result: R = stop.value
-            return result
 
     async def _perform(self, effect: Effect) -> Any:
         kind_ = type(effect)

@@ -23,12 +23,10 @@ from ..errors import ConnectionClosedError
 from ..transport.base import Transport
 from ..transport.remote_spec import RemoteSpec
 from ._calls import (
-    DEFAULT,
     SUPPORTED_PROTOCOL_VERSIONS,
     ClientCalls,
     PromptInput,
     UnsupportedProtocolVersionError,
-    _content,
     closed_error,
     next_cursor,
 )
@@ -107,46 +105,6 @@ class SyncClient(BlockingCalls, ClientCalls):
 
     # A blocking prompt() cannot be abandoned mid-turn, so a turn is one Send (see _perform).
     _turn_is_one_send = True
-
-    def prompt(
-        self,
-        session_id: str,
-        prompt: PromptInput,
-        *,
-        meta: dict[str, Any] | None = None,
-        timeout: float | None = DEFAULT,
-    ) -> schema.PromptResponse:
-        """``session/prompt``: run one turn until the agent answers.
-
-        ``prompt`` is a string (one text block) or a sequence of content blocks. When this
-        returns, every ``session/update`` the agent sent during the turn has been handled.
-        No timeout unless the builder set ``prompt_timeout`` (or ``timeout`` is given). If the
-        agent goes away mid-turn, :class:`ConnectionClosedError` is raised.
-        """
-        # ClientCalls.prompt performed directly in the common case (initialized, open, no
-        # DEBUG logging): its checks, then the request with the turn counted around it, as
-        # _perform does for a Send with ``turn``. No operation wrapper, plan, Send or effect
-        # dispatch per prompt: 1.7 -> 0.9 us in process. Anything else takes the general plan,
-        # which refuses, explains the closed connection or logs the payloads.
-        request = schema.PromptRequest(session_id=session_id, prompt=_content(prompt), field_meta=meta)
-        if timeout is DEFAULT:
-            timeout = self._config.prompt_timeout
-        negotiated = self._negotiated
-        if negotiated is None or self._closed or self._conn.is_closed or _log.isEnabledFor(logging.DEBUG):
-            return self._run(self._prompt_plan(request, timeout))
-        negotiated.require_agent_method("session/prompt")
-        self._check_params(negotiated, "session/prompt", request)
-        turns = self._turns
-        turns.prompt_started(session_id)
-        try:
-            result: schema.PromptResponse = self._conn.request(
-                "session/prompt", request, schema.PromptResponse, timeout=timeout
-            )
-            return result
-        except ConnectionClosedError as exc:
-            raise self._closed_error("session/prompt") from exc
-        finally:
-            turns.prompt_finished(session_id)
 
     @staticmethod
     def builder() -> SyncClientBuilder:
@@ -229,12 +187,10 @@ class SyncClient(BlockingCalls, ClientCalls):
 
     def _perform(self, effect: Effect) -> Any:
         kind = type(effect)
-        if kind is Invoke:
-            return effect.fn(*effect.args)  # type: ignore[union-attr]
-        if kind is Explain:
-            return self._closed_error(effect.method)  # type: ignore[union-attr]
-        try:
-            if kind is Send:
+        if kind is Send or kind is Notify:  # first: nearly every effect
+            try:
+                if kind is Notify:
+                    return self._conn.notify(effect.method, effect.params)  # type: ignore[union-attr]
                 assert isinstance(effect, Send)
                 turn = effect.turn
                 if turn is None:
@@ -246,13 +202,14 @@ class SyncClient(BlockingCalls, ClientCalls):
                     return self._conn.request(effect.method, effect.params, effect.result_type, timeout=effect.timeout)
                 finally:
                     turns.prompt_finished(turn)
-            if kind is Notify:
-                assert isinstance(effect, Notify)
-                return self._conn.notify(effect.method, effect.params)
-        except ConnectionClosedError as exc:
-            if not explained(effect, exc):
-                raise  # e.g. a remote refusal, with its status
-            raise self._closed_error(effect.method) from exc  # type: ignore[union-attr]
+            except ConnectionClosedError as exc:
+                if not explained(effect, exc):
+                    raise  # e.g. a remote refusal, with its status
+                raise self._closed_error(effect.method) from exc  # type: ignore[union-attr]
+        if kind is Invoke:
+            return effect.fn(*effect.args)  # type: ignore[union-attr]
+        if kind is Explain:
+            return self._closed_error(effect.method)  # type: ignore[union-attr]
         return self.close()
 
     # ------------------------------------------------------------------ sessions
