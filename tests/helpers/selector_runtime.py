@@ -37,9 +37,9 @@ class SelectorConnection:
     """A JSON-RPC connection over two file descriptors, driven by :meth:`pump`."""
 
     def __init__(self, read_fd: int, write_fd: int, *, ordering: rpc.Ordering = "connection",
-                 request_timeout: float | None = 30.0) -> None:
+                 request_timeout: float | None = 30.0, max_message_bytes: int = rpc.DEFAULT_MAX_LINE_BYTES) -> None:
         self.sched = rpc.Scheduler(SelectorCall, name="selector", ordering=ordering)
-        self.framer = rpc.LineFramer()
+        self.framer = rpc.LineFramer(max_message_bytes)
         self.read_fd, self.write_fd = read_fd, write_fd
         os.set_blocking(read_fd, False)
         self.selector = selectors.DefaultSelector()
