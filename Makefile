@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 # `make interop-setup` installs (tests/interop/node_modules/@agentclientprotocol/sdk/schema).
 SCHEMA_DIR ?=
 
-.PHONY: install test test-load test-all lint schema bench bench-setup demo clean interop-setup interop-python-setup
+.PHONY: install test test-load test-all lint schema bench bench-setup demo clean interop-setup interop-python-setup dist docs docs-serve
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -90,6 +90,20 @@ bench-setup: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m acp demo
 
+# The sdist and the wheel in dist/, checked by twine (metadata, README rendering).
+dist: $(STAMP)
+	rm -rf dist
+	$(PY) -m build --sdist --wheel --outdir dist .
+	$(PY) -m twine check --strict dist/*
+
+# The documentation site (MkDocs, Material, mkdocstrings) in site/; --strict: a broken link or
+# reference fails the build.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
+
+docs-serve: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs serve
+
 # Runs the suite under every supported interpreter pyenv has (3.10 .. 3.13).
 test-all:
 	@set -e; for v in 3.10 3.11 3.12 3.13; do \
@@ -101,4 +115,4 @@ test-all:
 	done
 
 clean:
-	rm -rf $(VENV) .venv-3.* .pytest_cache .mypy_cache .ruff_cache build *.egg-info
+	rm -rf $(VENV) .venv-3.* .pytest_cache .mypy_cache .ruff_cache build dist site *.egg-info

@@ -12,9 +12,11 @@ is performed; this module knows no runtime and no facade.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Generator
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:  # asyncio itself is imported by run_awaiting only: a sync script never loads it
+    import asyncio
 
 __all__ = ["DEFAULT", "CancelledAfter", "Plan", "Send", "run", "run_awaiting"]
 
@@ -111,8 +113,10 @@ async def run_awaiting(
     """Drive ``plan`` to its end, awaiting each effect. A cancellation of the awaiting task is
     thrown into the plan as it is, or, with ``cancelled_as``, as ``cancelled_as(effect)`` (so
     that the plan's clean-up is the threaded runtime's) and re-raised once the plan is done."""
+    from asyncio import CancelledError  # loaded already: an event loop runs this
+
     send = plan.send
-    cancelled: asyncio.CancelledError | None = None
+    cancelled: CancelledError | None = None
     try:
         effect = send(None)
         while True:
@@ -121,7 +125,7 @@ async def run_awaiting(
             except CancelledAfter as late:
                 cancelled = late.cancelled
                 effect = send(late.value)
-            except asyncio.CancelledError as exc:
+            except CancelledError as exc:
                 if cancelled_as is None:
                     effect = plan.throw(exc)
                 else:

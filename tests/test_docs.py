@@ -36,7 +36,8 @@ How each fenced block is treated
 
 ```sh blocks
     Not executed, but every command is checked: ``make T`` names a real Makefile target;
-    ``pip install`` installs this project (``acp-sync``, ``-e .``, ``'.[dev]'``);
+    ``pip install`` installs this project (``acp-sync``, ``'acp-sync[EXTRA]'`` for an extra of
+    pyproject.toml, ``-e .``, ``'.[dev]'``, the wheel ``make dist`` builds);
     ``acp SUB ...`` / ``python -m acp SUB ...`` names a real CLI subcommand (``--help`` of it
     exits 0) and every ``--option`` used appears in that subcommand's help; ``python FILE`` runs
     a ``file=`` block of the same page. Any other command fails the test.
@@ -352,7 +353,8 @@ def _check_command(words: list[str], block: Block, files: set[str]) -> None:
         return
     if words[:2] == ["pip", "install"] or words[:4] == ["python", "-m", "pip", "install"]:
         rest = words[2:] if words[0] == "pip" else words[4:]
-        allowed = {"acp-sync", "-e", ".", ".[dev]", "-q", "--upgrade", "-U"}
+        allowed = {"acp-sync", "-e", ".", ".[dev]", "-q", "--upgrade", "-U", "dist/acp_sync-*.whl"}
+        allowed |= {f"acp-sync[{extra}]" for extra in _extras()}
         assert rest and all(w in allowed for w in rest), f"{where}: pip install of something else: {rest}"
         return
     if words[0] == "acp" or words[:3] == ["python", "-m", "acp"]:
@@ -376,6 +378,14 @@ def _check_command(words: list[str], block: Block, files: set[str]) -> None:
         assert words[1] in files, f"{where}: {words[1]} is not a file= block of this page"
         return
     raise AssertionError(f"{where}: command {' '.join(words)!r} is not one the docs test knows")
+
+
+@cache
+def _extras() -> frozenset[str]:
+    """The extras pyproject.toml declares (read as text: tomllib is 3.11+)."""
+    text = (ROOT / "pyproject.toml").read_text()
+    section = text.split("[project.optional-dependencies]", 1)[1].split("\n[", 1)[0]
+    return frozenset(re.findall(r"^([a-z][a-z0-9-]*) = \[", section, re.M))
 
 
 @cache

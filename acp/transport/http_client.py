@@ -31,7 +31,10 @@ from collections.abc import Iterator, Mapping
 from http.cookiejar import CookieJar
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Protocol, TypeVar
 
-import httpx
+from .._extras import need
+
+with need("http", "the Streamable HTTP client"):
+    import httpx
 import msgspec
 
 from ..errors import INTERNAL_ERROR, ConnectionClosedError

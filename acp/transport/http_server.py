@@ -1042,7 +1042,10 @@ class HttpServer(BackgroundServer):
         start_timeout: float = 10.0,
         **uvicorn_options: Any,
     ) -> None:
-        import uvicorn
+        from .._extras import need
+
+        with need("http", "serve_http (an HTTP server)"):
+            import uvicorn
 
         self.app = app
         """The ASGI application served."""

@@ -34,13 +34,16 @@ from collections.abc import Callable, Iterable, Mapping
 from http.cookiejar import CookieJar
 from typing import TYPE_CHECKING, Any
 
-from websockets.exceptions import ConnectionClosed, InvalidStatus, InvalidURI
-from websockets.protocol import State
-from websockets.sync.client import ClientConnection
-from websockets.sync.client import connect as _ws_connect
-from websockets.sync.connection import Connection as _WsConnection
-from websockets.sync.server import Server, ServerConnection
-from websockets.sync.server import serve as _ws_serve
+from .._extras import need
+
+with need("ws", "WebSocket"):
+    from websockets.exceptions import ConnectionClosed, InvalidStatus, InvalidURI
+    from websockets.protocol import State
+    from websockets.sync.client import ClientConnection
+    from websockets.sync.client import connect as _ws_connect
+    from websockets.sync.connection import Connection as _WsConnection
+    from websockets.sync.server import Server, ServerConnection
+    from websockets.sync.server import serve as _ws_serve
 
 from ..errors import ConnectionClosedError
 from ._remote import (

@@ -19,7 +19,10 @@ from collections.abc import Mapping
 from http.cookiejar import CookieJar
 from typing import TYPE_CHECKING
 
-import httpx
+from ..._extras import need
+
+with need("http", "the Streamable HTTP client"):
+    import httpx
 
 from ...errors import ConnectionClosedError
 from ...transport._inbox import AsyncInbox

@@ -14,10 +14,13 @@ from collections.abc import Iterable, Mapping
 from http.cookiejar import CookieJar
 from typing import TYPE_CHECKING
 
-from websockets.asyncio.client import ClientConnection
-from websockets.asyncio.client import connect as _ws_connect
-from websockets.exceptions import ConnectionClosed
-from websockets.protocol import State
+from ..._extras import need
+
+with need("ws", "WebSocket"):
+    from websockets.asyncio.client import ClientConnection
+    from websockets.asyncio.client import connect as _ws_connect
+    from websockets.exceptions import ConnectionClosed
+    from websockets.protocol import State
 
 from ...errors import ConnectionClosedError
 from ...transport._remote import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_OPEN_TIMEOUT
