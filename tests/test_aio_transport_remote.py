@@ -574,6 +574,7 @@ def test_an_async_agent_on_the_asgi_loop_serves_sync_clients(
     profile: str, echo_served: tuple[HttpServer, AsyncEchoAgent], tmp_path: Any
 ) -> None:
     server, agent = echo_served
+    agent.app = server.app
     url = server.ws_url if profile == "ws" else server.url
     options = {"session_streams": True} if profile.endswith("streams") else {}
     (tmp_path / "in.txt").write_text("from the sync client's disk")
@@ -594,6 +595,8 @@ def test_an_async_agent_on_the_asgi_loop_serves_sync_clients(
         assert len(server.connections) == 1
     agent.wait_for(lambda a: a.closed == 1)  # closing the client ended the agent's connection
     assert server.connections == []
+    # Deterministic, not a race: the connection left the list before the agent heard of its end.
+    assert agent.listed_at_close == [0]
 
 
 @pytest.mark.parametrize("profile", ["ws", "http"])

@@ -891,6 +891,10 @@ class AcpAsgiApp:
                 last[0] = time.monotonic()
                 transport.feed(_one_line(data))
         finally:
+            # No longer open over this application from here on: before the end of input
+            # reaches the agent (whose close callbacks may look at `connections`).
+            with self._lock:
+                self._ws.discard(handle)
             for timer in watchdog:
                 timer.cancel()
             transport.feed_eof()  # the engine ends the connection, which ends `out`
@@ -898,8 +902,6 @@ class AcpAsgiApp:
                 await asyncio.wait_for(asyncio.shield(sender), 5.0)
             except (asyncio.TimeoutError, OSError):
                 sender.cancel()
-            with self._lock:
-                self._ws.discard(handle)
             await self._close_handle(handle, 5.0, False)
 
     def _ws_watchdog(

@@ -110,6 +110,8 @@ class AsyncEchoAgent:
         self.opened = 0
         self.closed = 0
         self.cond = threading.Condition()  # the tests wait on it from their own thread
+        self.app: Any = None  # set by a test: on_closed records how many connections it lists
+        self.listed_at_close: list[int] = []
 
     async def connect_async(self, transport: AsyncTransport) -> EchoConnection:
         connection = EchoConnection(self, transport)
@@ -120,7 +122,10 @@ class AsyncEchoAgent:
         return connection
 
     def on_closed(self, connection: EchoConnection) -> None:
+        listed = len(self.app.connections) if self.app is not None else None
         with self.cond:
+            if listed is not None:
+                self.listed_at_close.append(listed)
             self.live.discard(connection)
             self.closed += 1
             self.cond.notify_all()
