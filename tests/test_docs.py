@@ -9,6 +9,17 @@ How each fenced block is treated
     line. After the last block no thread other than the main one may still be alive: the
     examples must close what they open.
 
+    Each block is also complete by itself (it imports what it uses, builds the agent it talks to)
+    and is run ALONE in a fresh interpreter too, unless its first line marks it, for the
+    reader, as a continuation and names what it takes from the blocks above:
+
+        ``# continued from above: uses client, session, tap.jsonl``
+
+    The names are checked: the identifiers must be exactly the names the block uses without
+    defining them (``symtable``), so a block cannot lean on an earlier one unmarked, nor carry
+    a stale mark; a name with a dot is a file an earlier block made (and must appear in one). A block that leaves something running for the blocks below (a server) ends with a
+    line ``# continued below: ...``; run alone, it is not asked to have stopped its threads.
+
     A directive in an HTML comment on the line right before the opening fence changes that:
 
     ``<!-- docs-test: agent-script -->``
@@ -55,6 +66,7 @@ Inline code
 
 from __future__ import annotations
 
+import builtins
 import importlib
 import inspect
 import json
@@ -62,6 +74,7 @@ import os
 import re
 import shlex
 import subprocess
+import symtable
 import sys
 import textwrap
 from dataclasses import dataclass, field
@@ -82,6 +95,8 @@ _FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})(?P<info>[^`]*)$"
 _DIRECTIVE = re.compile(r"^\s*<!--\s*docs-test:(?P<body>.*?)-->\s*$")
 _MODES = {"run", "agent-script", "official-sdk-agent", "official-sdk-run"}
 _TEXT_LANGS = {"text", "json", "console", "nginx"}
+_CONTINUES = re.compile(r"^# continued from above: uses (?P<names>[\w.-]+(?:, [\w.-]+)*)$")
+_CONTINUED_BELOW = "# continued below"
 _STOP_REASONS = {"end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"}
 
 
@@ -162,8 +177,35 @@ def _write_files(page: Path, tmp: Path) -> None:
             (tmp / block.file).write_text(block.code, encoding="utf-8")
 
 
+def free_names(code: str) -> set[str]:
+    """Names ``code`` uses without binding them (nor being builtins): what it needs from elsewhere."""
+    top = symtable.symtable(code, "<block>", "exec")
+    bound = {s.get_name() for s in top.get_symbols() if s.is_assigned() or s.is_imported() or s.is_namespace()}
+    used: set[str] = set()
+
+    def walk(table: symtable.SymbolTable) -> None:
+        for sym in table.get_symbols():
+            if sym.is_referenced() and (table is top or sym.is_global()):
+                used.add(sym.get_name())
+        for child in table.get_children():
+            walk(child)
+
+    walk(top)
+    return used - bound - set(dir(builtins))
+
+
+def continued_from(block: Block) -> set[str] | None:
+    """The names a block marked ``# continued from above: uses ...`` says it takes; None if unmarked."""
+    m = _CONTINUES.match(block.code.splitlines()[0]) if block.code.strip() else None
+    return set(m.group("names").split(", ")) if m else None
+
+
+def continued_below(block: Block) -> bool:
+    return block.code.rstrip().splitlines()[-1].startswith(_CONTINUED_BELOW)
+
+
 _RUNNER = r'''
-import json, linecache, sys, threading, time, traceback
+import json, linecache, os, sys, threading, time, traceback
 blocks = json.load(open(sys.argv[1], encoding="utf-8"))
 ns = {"__name__": "__docs__", "__builtins__": __builtins__}
 for path, line, code in blocks:
@@ -173,6 +215,9 @@ for path, line, code in blocks:
         traceback.print_exc()
         print(f"DOCS BLOCK FAILED: {path}:{line}", file=sys.stderr)
         sys.exit(1)
+if sys.argv[2:] == ["continued-below"]:
+    sys.stdout.flush()
+    os._exit(0)  # what it started is for the blocks below; alone, it only had to run
 deadline = time.monotonic() + 10
 while time.monotonic() < deadline:
     left = [t for t in threading.enumerate() if t is not threading.main_thread() and t.is_alive()]
@@ -194,20 +239,53 @@ def test_python_blocks_run(page: Path, tmp_path: Path) -> None:
     blocks = _blocks(page, "run")
     if not blocks:
         return
-    _write_files(page, tmp_path)
+    proc = _run_blocks(blocks, tmp_path)
+    assert proc.returncode == 0, f"{_page_id(page)}: a block failed\n{proc.stdout}\n{proc.stderr}"
+
+
+def _run_blocks(blocks: list[Block], tmp_path: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+    _write_files(blocks[0].page, tmp_path)
     spec = tmp_path / "_docs_blocks.json"
     spec.write_text(json.dumps([[str(b.page), b.line, b.code] for b in blocks]), encoding="utf-8")
     runner = tmp_path / "_docs_runner.py"
     runner.write_text(_RUNNER, encoding="utf-8")
-    proc = subprocess.run(
-        [sys.executable, str(runner), str(spec)],
+    return subprocess.run(
+        [sys.executable, str(runner), str(spec), *flags],
         cwd=tmp_path,
         env=_env(),
         capture_output=True,
         text=True,
         timeout=PAGE_TIMEOUT,
     )
-    assert proc.returncode == 0, f"{_page_id(page)}: a block failed\n{proc.stdout}\n{proc.stderr}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_page_id)
+def test_continuations_are_marked_with_what_they_use(page: Path) -> None:
+    everything = parse_blocks(page)
+    for block in _blocks(page, "run"):
+        needs, says = free_names(block.code), continued_from(block)
+        before = "".join(b.code for b in everything if b.line < block.line)
+        if says is None:
+            assert not needs, (
+                f"{block.where}: uses {', '.join(sorted(needs))} from an earlier block: make it complete, "
+                f"or start it with '# continued from above: uses {', '.join(sorted(needs))}'"
+            )
+        else:
+            files = {name for name in says if "." in name}
+            assert says - files == needs, f"{block.where}: the mark says it uses {sorted(says - files)}, it uses {sorted(needs)}"
+            for name in files:
+                assert name in before, f"{block.where}: the mark names {name}, which no block above makes"
+
+
+def _complete_blocks() -> list[Block]:
+    return [b for page in PAGES for b in _blocks(page, "run") if continued_from(b) is None]
+
+
+@pytest.mark.timeout(SCRIPT_TIMEOUT + 30)
+@pytest.mark.parametrize("block", _complete_blocks(), ids=lambda b: b.where)
+def test_complete_blocks_run_alone(block: Block, tmp_path: Path) -> None:
+    proc = _run_blocks([block], tmp_path, *(["continued-below"] if continued_below(block) else []))
+    assert proc.returncode == 0, f"{block.where}: fails when run alone\n{proc.stdout}\n{proc.stderr}"
 
 
 @cache
