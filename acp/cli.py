@@ -836,27 +836,40 @@ def run_check(
     out: IO[str],
     auth_method: str | None = None,
     json_file: str | None = None,
+    only: Sequence[str] = (),
+    skip: Sequence[str] = (),
 ) -> int:
-    """``acp check``: print each check as it runs, the counts by tier and the verdict; the exit
-    status (0 conforming, 1 not conforming or not checked, 2 when the JSON report cannot be
-    written). The agent is a command, or
-    :class:`~acp.client.settings.AgentSettings`. ``json_file``: also write the machine-readable
-    report there (:meth:`acp.conformance.Report.to_json`)."""
+    """``acp check``: print each check as it runs, the counts by tier, the agent's stderr tail
+    when something failed or could not be checked, and the verdict; the exit status (0
+    conforming, 1 not conforming, 3 not checked, 2 when the JSON report cannot be written). The
+    agent is a command, or :class:`~acp.client.settings.AgentSettings`. ``json_file``: also
+    write the machine-readable report there (:meth:`acp.conformance.Report.to_json`); ``"-"``:
+    to ``out``, the text then going to stderr. ``only`` / ``skip``: check ids or patterns."""
+    from ._text import safe
     from .conformance import run_checks
 
     settings = _as_settings(agent_argv)
-    out.write(f"acp check: {settings.describe()}\n")
-    out.flush()
+    text = sys.stderr if json_file == "-" else out
+    text.write(f"acp check: {safe(settings.describe())}\n")
+    text.flush()
     report = run_checks(
-        settings, cancel_prompt=cancel_prompt, prompt=prompt, timeout=timeout, auth_method=auth_method, out=out
+        settings, cancel_prompt=cancel_prompt, prompt=prompt, timeout=timeout, auth_method=auth_method, out=text,
+        only=only, skip=skip,
     )
-    out.write(report.tier_summary() + "\n" + report.verdict() + "\n")
-    out.flush()
-    if json_file is not None:
+    text.write(report.tier_summary() + "\n")
+    if report.stderr.strip() and not report.conforming:
+        text.write("the agent's stderr (last lines):\n")
+        text.writelines(f"  {safe(line)}\n" for line in report.stderr.rstrip("\n").splitlines())
+    text.write(report.verdict() + "\n")
+    text.flush()
+    if json_file == "-":
+        report.dump_json(out)
+        out.flush()
+    elif json_file is not None:
         try:
             report.write_json(json_file)
         except OSError as exc:
-            out.write(f"acp check: cannot write {json_file}: {exc}\n")
+            text.write(f"acp check: cannot write {json_file}: {exc}\n")
             return 2
     return report.exit_code
 
@@ -933,9 +946,12 @@ def _parser() -> argparse.ArgumentParser:
         help="check an agent's conformance: acp check [options] [--url URL | -- AGENT COMMAND...]",
         description="A conformance check of any ACP agent: the command after -- is spawned and spoken "
         "to over stdio. " + env_note,
-        epilog="Each check is in a tier: required, capability:NAME (run only when the agent advertises "
-        "NAME) or advisory (reported, never decides). Exit status: 0 conforming, 1 not conforming or "
-        "not checked at all (agent not found, connection refused), 2 usage error.",
+        epilog="Each check cites the spec sentence it enforces and takes its tier from the spec's word "
+        "(the tiers of the official ACP TCK): mandatory (MUST), capability:NAME (MUSTs that apply when the "
+        "agent advertises NAME), advisory (SHOULD: reported as WARN, never decides), informational (MAY: "
+        "reported as INFO). A check the agent's refusal for lack of credentials or network kept from "
+        "running is NOT CHECKED. Exit status: 0 conforming, 1 not conforming, 2 usage error, 3 not "
+        "checked (the agent could not be started or reached, or refused before a mandatory check could run).",
     )
     check.add_argument("--url", metavar="URL", type=_url_arg, help="a remote agent (ws://, wss://, http://, https://)")
     check.add_argument(
@@ -944,11 +960,22 @@ def _parser() -> argparse.ArgumentParser:
     )
     check.add_argument("--prompt", metavar="TEXT", default="hello", help="the text of ordinary prompts (default: %(default)s)")
     check.add_argument(
-        "--auth-method", metavar="ID", help="send authenticate with this method id after initialize (default: none)"
+        "--auth-method", metavar="ID",
+        help="sign in with the agent's method ID after initialize (authenticate; an env_var method's variables "
+        "must be set in the environment; a terminal method is run by you first), to check behind the login",
     )
     check.add_argument(
         "--json", metavar="FILE", dest="json_file",
-        help="also write a machine-readable report to FILE, with each failing check's wire transcript",
+        help="also write a machine-readable report to FILE ('-': to stdout, the text going to stderr), "
+        "with each failing check's spec sentence and wire transcript",
+    )
+    check.add_argument(
+        "--only", metavar="ID", action="append", default=[],
+        help="report only this check (an id or a pattern such as 'prompt.*'); repeatable",
+    )
+    check.add_argument(
+        "--skip", metavar="ID", action="append", default=[],
+        help="do not report this check (an id or a pattern); repeatable",
     )
     check.add_argument(
         "--timeout", metavar="S", type=float, default=10.0, help="seconds to wait per answer (default: %(default)s)"
@@ -998,6 +1025,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=level, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     try:
         return _run(parser, args, agent, sys.stdout)
+    except KeyboardInterrupt:
+        # Ctrl-C outside a turn (starting, signing in, checking): stop, without a traceback.
+        sys.stderr.write(f"\nacp {args.command or ''}: interrupted\n".replace("  ", " "))
+        return 130
     except BrokenPipeError:
         # The reader of our output went away (`acp demo | head`): exit quietly.
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -1032,7 +1063,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace, agent: list[
             )
         return run_check(
             settings, cancel_prompt=args.cancel_prompt, prompt=args.prompt, timeout=args.timeout, out=out,
-            auth_method=args.auth_method, json_file=args.json_file,
+            auth_method=args.auth_method, json_file=args.json_file, only=args.only, skip=args.skip,
         )
     if args.command == "tap":
         if not agent:

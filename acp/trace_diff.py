@@ -159,7 +159,7 @@ def _part_title(number: int, a: Recording, b: Recording) -> str:
 def run_diff(path_a: str, path_b: str, out: IO[str]) -> int:
     """``acp trace --diff A B``: print the changes; 0 when there are none, 1 when there are
     (as ``diff`` does), 2 when a file cannot be read."""
-    from .trace_text import safe
+    from ._text import safe
 
     try:
         a, b = load_recording(path_a), load_recording(path_b)

@@ -9,28 +9,16 @@ to the alternate screen would take the terminal away from the person reading the
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator
 from typing import IO, Any
 
+from ._text import safe
 from .trace import Message, Trace, Turn, chunk_runs, method_latencies
 
 __all__ = ["safe", "format_line", "write_trace"]
 
 _ARROWS = {"client": "C→A", "agent": "A→C"}
 _BAR_WIDTH = 30
-
-# C0 controls (but none of them is needed in one line of output), DEL, C1 controls, and the
-# Unicode bidirectional overrides and isolates, which reorder what is displayed.
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-
-
-def safe(text: str) -> str:
-    """``text`` with every control character written as an escape (``\\x1b``, ``\\u202e``):
-    safe to print on a terminal."""
-    return _UNSAFE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}",
-                       text)
-
 
 def _id_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)

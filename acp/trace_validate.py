@@ -170,7 +170,7 @@ def run_validate(path: str, *, schema_dir: str | None, out: IO[str]) -> int:
     except SchemaUnavailable as exc:
         out.write(f"acp trace: {exc}\n")
         return 1
-    from .trace_text import safe
+    from ._text import safe
 
     for violation in violations:
         out.write(safe(str(violation)) + "\n")

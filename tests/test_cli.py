@@ -79,7 +79,7 @@ def test_sub_command_help_shows_the_agent_command_and_defaults(sub: str) -> None
     if sub == "check":
         assert "(default: hello)" in done.stdout and "(default: 10.0)" in done.stdout
         assert "--auth-method ID" in done.stdout and "--json FILE" in done.stdout
-        assert "1 not conforming or not checked at all" in " ".join(done.stdout.split())
+        assert "1 not conforming, 2 usage error, 3 not checked" in " ".join(done.stdout.split())
 
 
 def test_check_json_to_an_unwritable_place_is_exit_2(tmp_path: Path) -> None:

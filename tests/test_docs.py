@@ -36,6 +36,8 @@ How each fenced block is treated
         (and so run it, e.g. by spawning it), or the test fails. May be combined with
         ``agent-script`` (``<!-- docs-test: agent-script file=agent.py -->``).
 
+        Every agent script is also checked with ``acp check``: it must be CONFORMING.
+
     ``<!-- docs-test: official-sdk-agent -->`` / ``<!-- docs-test: official-sdk-run -->``
         Code for the official Python SDK (PyPI ``agent-client-protocol``, also imported as
         ``acp``), shown on the comparison page. Always compiled. When that SDK's interpreter
@@ -345,6 +347,26 @@ def test_agent_scripts_serve_a_turn(block: Block, tmp_path: Path) -> None:
     script.write_text(block.code, encoding="utf-8")
     stop = drive_agent([python, str(script)], tmp_path)
     assert stop in _STOP_REASONS, f"{block.where}: unexpected stop reason {stop!r}"
+
+
+@pytest.mark.timeout(SCRIPT_TIMEOUT * 3)
+@pytest.mark.parametrize("block", _agent_script_blocks(), ids=lambda b: b.where)
+def test_documented_agents_pass_acp_check(block: Block, tmp_path: Path) -> None:
+    """The first thing a newcomer does with a documented agent is check it: it must conform."""
+    python = sys.executable
+    if block.mode == "official-sdk-agent":
+        official = _official_python()
+        if official is None:
+            pytest.skip("official SDK interpreter not available (make bench-setup, or $ACP_OFFICIAL_PYTHON)")
+        python = official
+    _write_files(block.page, tmp_path)
+    script = tmp_path / (block.file or "_docs_agent.py")
+    script.write_text(block.code, encoding="utf-8")
+    proc = subprocess.run(
+        [sys.executable, "-m", "acp", "check", "--", python, str(script)],
+        cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=SCRIPT_TIMEOUT * 2,
+    )
+    assert proc.returncode == 0 and "verdict: CONFORMING" in proc.stdout, f"{block.where}:\n{proc.stdout}\n{proc.stderr}"
 
 
 def _official_run_blocks() -> list[Block]:

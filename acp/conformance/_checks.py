@@ -35,6 +35,7 @@ from ._wire import (
 )
 from .report import (
     ADVISORY,
+    INFORMATIONAL,
     LARGE_PROMPT_BYTES,
     CheckResult,
     Status,
@@ -45,7 +46,7 @@ from .report import (
 
 _TRANSCRIPT_LIMIT = 200  # wire lines kept per check
 
-UNSUPPORTED_VERSION = 99999
+UNSUPPORTED_VERSION = 65535  # ProtocolVersion is a uint16: the largest version a client can send
 _NO_SUCH_SESSION = "acp-check-no-such-session"
 _INVALID_CURSOR = "acp-check-invalid-cursor"
 _MAX_PAGES = 50
@@ -55,6 +56,11 @@ _NO_CAPABILITIES: dict[str, Any] = {
     "terminal": False,
 }
 _FORBIDDEN_PREFIXES = ("fs/", "terminal/", "elicitation/")
+# Checks that need a session or a turn: when the agent refuses those for lack of credentials or
+# network, what they would have judged was never reached (NOT CHECKED, never FAIL).
+_PROMPT_CAPABILITIES = {"prompt.image": "image", "prompt.audio": "audio", "prompt.embedded_context": "embeddedContext"}
+_NEED_ACCESS = ("session.", "prompt.", "load.", "resume.", "list.", "delete.", "close.", "modes.", "config.",
+                "capabilities.", "jsonrpc.usable_after_error")
 # 1x1 transparent PNG, and a 10 ms silent 8 kHz mono WAV: the smallest valid media.
 _PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
 _WAV = (
@@ -126,6 +132,7 @@ class _Checker:
         cwd: str,
         auth_method: str | None,
         emit: Callable[[CheckResult], None],
+        selected: Callable[[str], bool] = lambda name: True,
     ) -> None:
         self.open_transport = open_transport
         self.cancel_prompt = cancel_prompt
@@ -134,15 +141,18 @@ class _Checker:
         self.cwd = cwd
         self.auth_method = auth_method
         self.emit = emit
+        self.selected = selected
         self.validator = _Validator()
         self.peers: list[_Peer] = []
-        self.known_sessions: set[str] = set()
+        self.known_sessions: set[str] = {_NO_SUCH_SESSION}  # the checker itself prompts on that one
         self.prompted: list[str] = []  # sessions with a successful turn, in order
         self.deleted: set[str] = set()
         self.prompts = 0
         self.caps: dict[str, Any] = {}  # agentCapabilities of the main run's initialize answer
         self.auth_methods: list[str] = []
+        self.auth_specs: dict[str, dict[str, Any]] = {}
         self._current: _Peer | None = None
+        self._told_blocked = False
         self._marks: dict[str, int] = {}
 
     # ---- results
@@ -152,8 +162,17 @@ class _Checker:
         since: int | None = None,
     ) -> None:
         tier = tier_of(name)
-        if status == "FAIL" and tier == ADVISORY:
+        blocked = self.blocked
+        if blocked is not None and status in ("FAIL", "SKIP") and name.startswith(_NEED_ACCESS):
+            # The whole reason once, on the first check it stopped; the others point to it.
+            first = not self._told_blocked
+            self._told_blocked = True
+            status, detail = "NOT CHECKED", (f"not reached: {blocked}" if first else
+                                             f"not reached: {blocked.split(':', 1)[0]} was refused (see above)")
+        elif status == "FAIL" and tier == ADVISORY:
             status = "WARN"  # advisory findings are reported, never decide the verdict
+        elif status == "FAIL" and tier == INFORMATIONAL:
+            status = "INFO"  # the spec leaves it to the agent: reported, never judged
         lines: tuple[WireLine, ...] = ()
         peer = self._current
         if transcript is not None:
@@ -165,9 +184,21 @@ class _Checker:
                 lines = tuple(peer.log[start:])
         if peer is not None and transcript is None:
             self._marks[peer.name] = len(peer.log)
-        if status not in ("FAIL", "WARN"):
+        if status not in ("FAIL", "WARN", "NOT CHECKED"):
             lines = ()
         self.emit(CheckResult(name, status, bounded(detail), tier, lines[-_TRANSCRIPT_LIMIT:]))
+
+    @property
+    def blocked(self) -> str | None:
+        """Why the agent refused a session or a turn for lack of credentials or network (the
+        first such refusal), or None."""
+        for peer in self.peers:
+            if peer.refusals:
+                reason = peer.refusals[0]
+                if self.auth_methods and self.auth_method is None:
+                    reason += f"; give --auth-method, one of {', '.join(self.auth_methods)}"
+                return reason
+        return None
 
     def log_mark(self, peer: _Peer) -> int:
         """The position in ``peer``'s wire log now: ``result(since=...)`` lets several results
@@ -218,6 +249,10 @@ class _Checker:
             peer.session_ids.append(session_id)
             return answer, session_id
         return answer, None
+
+    def no_session(self, peer: _Peer) -> str:
+        """Why a check that needs a session was skipped, with the agent's exit when it is gone."""
+        return "no session: session/new failed" + peer.exit_note()
 
     def send_prompt(self, peer: _Peer, session_id: str, text: str, *blocks: dict[str, Any]) -> rpc.RequestId:
         self.prompts += 1
@@ -288,7 +323,8 @@ class _Checker:
                 caps = result.get("agentCapabilities")
                 self.caps = caps if isinstance(caps, dict) else {}
                 methods = result.get("authMethods")
-                self.auth_methods = [m["id"] for m in methods or () if isinstance(m, dict) and isinstance(m.get("id"), str)]
+                self.auth_specs = {m["id"]: m for m in methods or () if isinstance(m, dict) and isinstance(m.get("id"), str)}
+                self.auth_methods = list(self.auth_specs)
             self.authenticate_check(peer)
             self.jsonrpc_checks(peer)
             self.session_checks(peer)
@@ -305,6 +341,19 @@ class _Checker:
             else:
                 self.not_advertised(name, "no authMethods, and no --auth-method given")
             return
+        spec = self.auth_specs.get(self.auth_method, {})
+        if spec.get("type") == "terminal":
+            args = " ".join(str(a) for a in spec.get("args") or ())
+            self.result(name, "SKIP", f"{self.auth_method!r} is a terminal method (never sent as authenticate): run the "
+                        f"agent's command{' with ' + args if args else ''} in a terminal to sign in, then check again")
+            return
+        if spec.get("type") == "env_var":
+            unset = [str(v.get("name")) for v in spec.get("vars") or () if isinstance(v, dict)
+                     and not v.get("optional") and v.get("name") not in os.environ]
+            if unset:
+                self.result(name, "SKIP", f"{self.auth_method!r} reads {', '.join(unset)} from the agent's environment: "
+                            "set them and check again")
+                return
         answer = self.call(peer, "authenticate", {"methodId": self.auth_method})
         advertised = self.auth_method in self.auth_methods
         note = "" if advertised else f" ({self.auth_method!r} is not among the advertised authMethods {self.auth_methods})"
@@ -366,7 +415,8 @@ class _Checker:
             "session.unknown_session_prompt",
             isinstance(answer, rpc.ErrorResponse) and not updates,
             f"prompt on an unknown session -> {_describe(answer)}"
-            + (f", and {updates} update(s) for it" if updates else ""),
+            + (f", and {updates} update(s) for it" if updates else "")
+            + peer.exit_note(),
         )
 
     def prompt_checks(self, peer: _Peer) -> None:
@@ -375,7 +425,11 @@ class _Checker:
             for name in ("prompt.basic", "prompt.resource_link", "prompt.image", "prompt.audio",
                          "prompt.embedded_context", "prompt.cancel", "prompt.no_updates_after_cancel",
                          "prompt.pipelined", "prompt.large"):
-                self.result(name, "SKIP", "no session: session/new failed")
+                cap = _PROMPT_CAPABILITIES.get(name)
+                if cap is not None and not self.prompt_capability(cap):
+                    self.not_advertised(name, f"promptCapabilities.{cap}")
+                else:
+                    self.result(name, "SKIP", self.no_session(peer))
             return
         # basic turn: answered with a stop reason, no update after the answer
         answer = self.turn(peer, session_id, self.prompt_text)
@@ -398,8 +452,6 @@ class _Checker:
         answer = self.turn(peer, session_id, self.prompt_text, link)
         stop = _stop_reason(answer)
         self.ok("prompt.resource_link", stop is not None, f"text + resource_link -> {f'stopReason {stop!r}' if stop else _describe(answer)}")
-        prompt_caps = self.caps.get("promptCapabilities")
-        prompt_caps = prompt_caps if isinstance(prompt_caps, dict) else {}
         blocks: dict[str, tuple[str, dict[str, Any]]] = {
             "prompt.image": ("image", {"type": "image", "mimeType": "image/png", "data": _PNG}),
             "prompt.audio": ("audio", {"type": "audio", "mimeType": "audio/wav", "data": _WAV}),
@@ -409,12 +461,17 @@ class _Checker:
             }),
         }
         for name, (cap, block) in blocks.items():
-            if prompt_caps.get(cap) is not True:
+            if not self.prompt_capability(cap):
                 self.not_advertised(name, f"promptCapabilities.{cap}")
                 continue
             answer = self.turn(peer, session_id, self.prompt_text, block)
             stop = _stop_reason(answer)
             self.ok(name, stop is not None, f"text + {block['type']} -> {f'stopReason {stop!r}' if stop else _describe(answer)}")
+
+    def prompt_capability(self, name: str) -> bool:
+        """True when the agent advertised ``promptCapabilities.<name>``."""
+        caps = self.caps.get("promptCapabilities")
+        return isinstance(caps, dict) and caps.get(name) is True
 
     def busy_turn(self, peer: _Peer, session_id: str) -> tuple[rpc.RequestId, int]:
         """Start a turn with the cancel prompt and wait until it visibly runs (its first update,
@@ -433,8 +490,8 @@ class _Checker:
             return
         _, session_id = self.new_session(peer)
         if session_id is None:
-            self.result(name, "SKIP", "no session: session/new failed")
-            self.result("prompt.no_updates_after_cancel", "SKIP", "no session: session/new failed")
+            self.result(name, "SKIP", self.no_session(peer))
+            self.result("prompt.no_updates_after_cancel", "SKIP", self.no_session(peer))
             return
         msg_id, _ = self.busy_turn(peer, session_id)
         peer.notify("session/cancel", {"sessionId": session_id})
@@ -457,17 +514,22 @@ class _Checker:
         _, first = self.new_session(peer)
         _, second = self.new_session(peer)
         if first is None or second is None:
-            self.result("prompt.pipelined", "SKIP", "no sessions: session/new failed")
+            self.result("prompt.pipelined", "SKIP", self.no_session(peer))
             return
         ids = [self.send_prompt(peer, first, self.prompt_text), self.send_prompt(peer, second, self.prompt_text)]
         answers = [peer.answer(i, self.timeout) for i in ids]
+        if self.blocked is not None:
+            self.result("prompt.pipelined", "SKIP", "the turns were refused")
+            return
         self.ok(
             "prompt.pipelined",
-            all(isinstance(a, rpc.Response) for a in answers),
+            all(a is not None for a in answers),
             "two prompts on two sessions sent back to back: " + ", ".join(_describe(a, 40) for a in answers),
         )
 
     def large_prompt_check(self, peer: _Peer, session_id: str) -> None:
+        if not self.selected("prompt.large"):
+            return  # 3 MiB each way: not sent unless asked for
         text = ("All work and no play makes a large prompt. " * (LARGE_PROMPT_BYTES // 43 + 1))[:LARGE_PROMPT_BYTES]
         started = time.monotonic()
         answer = peer.answer(self.send_prompt(peer, session_id, text), self.timeout * 3)
@@ -510,8 +572,9 @@ class _Checker:
         answer, session_id = self.new_session(peer)
         result = _result(answer)
         if session_id is None or not isinstance(result, dict):
-            self.result("modes.set", "SKIP", "no session: session/new failed")
-            self.result("config.set", "SKIP", "no session: session/new failed")
+            self.result("modes.valid", "SKIP", self.no_session(peer))
+            self.result("modes.set", "SKIP", self.no_session(peer))
+            self.result("config.set", "SKIP", self.no_session(peer))
             return
         self.modes_check(peer, session_id, result.get("modes"))
         self.config_check(peer, session_id, result.get("configOptions"))
@@ -519,12 +582,13 @@ class _Checker:
     def modes_check(self, peer: _Peer, session_id: str, modes: Any) -> None:
         name = "modes.set"
         if not isinstance(modes, dict):
+            self.not_advertised("modes.valid", "no modes in the session/new answer")
             self.not_advertised(name, "no modes in the session/new answer")
             return
         available = [m.get("id") for m in modes.get("availableModes") or () if isinstance(m, dict)]
         current = modes.get("currentModeId")
-        if current not in available:
-            self.result(name, "FAIL", f"currentModeId {current!r} is not among availableModes {available}")
+        if not self.ok("modes.valid", current in available, f"currentModeId {current!r}, availableModes {available}"):
+            self.result(name, "SKIP", "currentModeId is not an available mode")
             return
         target = next((m for m in available if m != current), current)
         answer = self.call(peer, "session/set_mode", {"sessionId": session_id, "modeId": target})
@@ -701,7 +765,7 @@ class _Checker:
             return
         _, session_id = self.new_session(peer)
         if session_id is None:
-            self.result("close.idle", "SKIP", "no session: session/new failed")
+            self.result("close.idle", "SKIP", self.no_session(peer))
         else:
             answer = self.call(peer, "session/close", {"sessionId": session_id})
             self.ok("close.idle", isinstance(answer, rpc.Response), f"an idle session -> {_describe(answer)}")
@@ -711,7 +775,7 @@ class _Checker:
             return
         _, session_id = self.new_session(peer)
         if session_id is None:
-            self.result(name, "SKIP", "no session: session/new failed")
+            self.result(name, "SKIP", self.no_session(peer))
             return
         prompt_id, _ = self.busy_turn(peer, session_id)
         close_id = peer.request("session/close", {"sessionId": session_id})
@@ -753,6 +817,8 @@ class _Checker:
     # ---- the other runs
 
     def version_run(self) -> None:
+        if not self.selected("handshake.unsupported_version"):
+            return  # a process of its own: not started unless asked for
         with self.peer("version") as peer:
             answer = self.initialize(peer, UNSUPPORTED_VERSION)
             result = _result(answer)
@@ -767,13 +833,16 @@ class _Checker:
             self.ok("handshake.unsupported_version", passed, detail)
 
     def robustness_run(self) -> None:
+        if not any(self.selected(name) for name in ("robust.garbage_line", "robust.invalid_request", "robust.batch",
+                                                      "robust.stdin_closed")):
+            return  # a process of its own: not started unless asked for
         with self.peer("robustness") as peer:
             if self.initialize(peer, 1) is None:
                 self.result("robustness run", "FAIL", "the agent did not answer initialize")
                 return
             # a line that is not JSON -> -32700 with id null, then still alive
             mark = peer.mark()
-            peer.write(b"this is not JSON {\n")
+            peer.write(b"this is not JSON {\n", malformed=True)
             got = peer.wait_for(
                 lambda: any(
                     isinstance(m, rpc.ErrorResponse) and m.error.code == PARSE_ERROR
@@ -794,7 +863,8 @@ class _Checker:
                 + ("; still alive" if alive else "; the agent stopped answering"),
             )
             # an object that is not a valid request
-            bad = peer.write_raw(b'{"jsonrpc":"2.0","id":"acp-check-bad","method":5}\n', "acp-check-bad", "(invalid)")
+            bad = peer.write_raw(b'{"jsonrpc":"2.0","id":"acp-check-bad","method":5}\n', "acp-check-bad", "(invalid)",
+                                 malformed=True)
             answer = peer.answer(bad, self.timeout)
             alive = peer.alive(self.timeout)
             if not alive:
@@ -808,7 +878,7 @@ class _Checker:
                 b'[{"jsonrpc":"2.0","id":"acp-check-batch-1","method":"acp_check/no_such_method"},'
                 b'{"jsonrpc":"2.0","method":"acp_check/unknown_notification"}]\n'
             )
-            peer.write_raw(batch, "acp-check-batch-1", "acp_check/no_such_method")
+            peer.write_raw(batch, "acp-check-batch-1", "acp_check/no_such_method", malformed=True)
             alive = peer.alive(self.timeout)
             self.ok("robust.batch", alive, "a JSON array: " + ("still alive" if alive else "the agent stopped answering"))
             # end of input -> the agent exits

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -14,7 +15,7 @@ from typing import Any
 import msgspec
 
 from .. import rpc, schema
-from ..errors import METHOD_NOT_FOUND, _data_text
+from ..errors import AUTH_REQUIRED, METHOD_NOT_FOUND, _data_text
 from ..transport import ProcessTransport
 from ..transport.base import Transport
 from ..transport.process import describe_exit
@@ -23,6 +24,26 @@ from .report import Status, WireLine, bounded
 _log = logging.getLogger("acp.conformance")
 
 _LINE_LIMIT = 4000  # characters of one wire line kept in a transcript
+
+# Requests whose refusal "for lack of credentials or network" means the agent could not be
+# checked further, and what such a refusal says (auth_required, or words of a missing login,
+# key or network in the message or its data: agents in the wild use -32603 with a reason).
+_ACCESS_METHODS = frozenset({"session/new", "session/prompt", "session/load", "session/resume", "session/list"})
+_REFUSAL = re.compile(
+    r"auth|log ?in\b|sign ?in|credential|api[ _-]?key|access token|unauthori[sz]ed|forbidden|subscription|"
+    r"network|offline|ENOTFOUND|ECONNREFUSED|EAI_AGAIN|getaddrinfo|fetch failed|connection refused|"
+    r"could not resolve|unreachable",
+    re.IGNORECASE,
+)
+
+
+def refusal(error: rpc.ErrorObject) -> str | None:
+    """Why ``error`` is a refusal for lack of credentials or network (a short description), or
+    None when it is any other error."""
+    text = f"{error.message} {_data_text(error.data, as_json=False) or ''}"
+    if error.code == AUTH_REQUIRED or _REFUSAL.search(text):
+        return f"refused for lack of credentials or network: error {error.code} {bounded(text.strip(), 160)!r}"
+    return None
 
 
 # ------------------------------------------------------------------------------ schema checks
@@ -104,6 +125,8 @@ class _Peer:
         # answers to nothing we asked, envelopes that are not JSON-RPC
         self.stray: list[tuple[str, WireLine | None]] = []
         self.session_ids: list[str] = []  # every id session/new answered, in order
+        self.refusals: list[str] = []  # "<method>: <why>" for each refusal of an access method
+        self._malformed = 0  # lines sent whose id cannot be read: each may get an answer with id null
         self.eof = threading.Event()
         self._ids = itertools.count(1)
         self._reader = threading.Thread(target=self._read_loop, name=f"acp-check-{name}", daemon=True)
@@ -115,8 +138,12 @@ class _Peer:
         """A fresh integer id."""
         return next(self._ids)
 
-    def write(self, data: bytes) -> bool:
-        """Write raw bytes; False if the agent is gone."""
+    def write(self, data: bytes, *, malformed: bool = False) -> bool:
+        """Write raw bytes (``malformed``: a line whose id the agent cannot read); False if the
+        agent is gone."""
+        if malformed:
+            with self._cond:
+                self._malformed += 1
         self._note("out", data)
         try:
             with self._write_lock:
@@ -126,11 +153,11 @@ class _Peer:
             _log.debug("%s: write failed: %r", self.name, exc)
             return False
 
-    def write_raw(self, line: bytes, msg_id: rpc.RequestId, method: str) -> rpc.RequestId:
+    def write_raw(self, line: bytes, msg_id: rpc.RequestId, method: str, *, malformed: bool = False) -> rpc.RequestId:
         """Write a hand-made line whose answer (if any) will carry ``msg_id``."""
         with self._cond:
             self.sent_methods[_key(msg_id)] = method
-        self.write(line)
+        self.write(line, malformed=malformed)
         return msg_id
 
     def request(self, method: str, params: Any, msg_id: rpc.RequestId | None = None) -> rpc.RequestId:
@@ -248,9 +275,9 @@ class _Peer:
             self.inbound.append(item)
             self._cond.notify_all()
         for one in _messages(item):
-            self._inspect(one, wire)
+            self._inspect(one, wire, item.line if not isinstance(item.msg, list) else None)
 
-    def _inspect(self, msg: Any, wire: WireLine) -> None:
+    def _inspect(self, msg: Any, wire: WireLine, line: bytes | None) -> None:
         if isinstance(msg, rpc.LineTooLong):
             self.stray.append((f"a line of {msg.size} bytes (over the 64 MiB cap)", wire))
         elif isinstance(msg, rpc.Invalid):
@@ -270,9 +297,20 @@ class _Peer:
                 self.validator.check(f"result of {method}", msg.result, spec.result_type, wire)
         elif isinstance(msg, rpc.ErrorResponse):
             with self._cond:
-                known = msg.id is None or _key(msg.id) in self.sent_methods
-            if not known:
+                method = self.sent_methods.get(_key(msg.id)) if msg.id is not None else None
+                malformed = self._malformed
+            if msg.id is None:
+                # JSON-RPC 2.0: the id member is REQUIRED in every answer; null only when the
+                # request's id could not be read (a parse error, an invalid request).
+                if line is not None and not _has_id_member(line):
+                    self.stray.append(("an error answer without an id member (JSON-RPC 2.0 requires one)", wire))
+                elif malformed == 0:
+                    self.stray.append(("an error answer with id null, though every request the checker sent had an id", wire))
+            elif method is None:
                 self.stray.append((f"an error answer to id {msg.id!r}, which the checker never sent", wire))
+            elif method in _ACCESS_METHODS and (why := refusal(msg.error)) is not None:
+                with self._cond:
+                    self.refusals.append(f"{method}: {why}")
 
     def _check_params(self, method: str, params: msgspec.Raw, wire: WireLine, notification: bool) -> None:
         if method.startswith("_"):
@@ -296,6 +334,14 @@ class _Peer:
             self.write(self._encoder.response(msg.id, {"outcome": {"outcome": "cancelled"}}))
         else:
             self.write(self._encoder.error(msg.id, METHOD_NOT_FOUND, f"the checker offers no {msg.method}"))
+
+
+def _has_id_member(line: bytes) -> bool:
+    try:
+        value = msgspec.json.decode(line)
+    except msgspec.DecodeError:
+        return True  # not JSON at all: reported as invalid elsewhere
+    return not isinstance(value, dict) or "id" in value
 
 
 def _messages(item: _Inbound) -> list[Any]:

@@ -7,7 +7,8 @@ instead of -32601, accepts prompts on any session, and ignores lines that are no
 Flags add more faults to each prompt turn: ``--fs`` calls ``fs/read_text_file`` although the
 client offered no file system; ``--bad-update`` sends a ``session/update`` that does not match
 the schema; ``--unknown-update`` sends one with an unknown ``sessionUpdate`` tag; ``--notice``
-sends a ``notice`` although the client did not advertise ``session.notices``.
+sends a ``notice`` although the client did not advertise ``session.notices``. ``--no-id-errors``
+answers unknown methods with an error that has no ``id`` member at all.
 """
 
 import json
@@ -55,6 +56,9 @@ def main() -> None:
         elif method == "session/prompt":
             turn_faults(params.get("sessionId"))
             result = {"stopReason": "end_turn"}
+        elif "--no-id-errors" in FLAGS and "id" in msg:
+            send({"jsonrpc": "2.0", "error": {"code": -32601, "message": "Method not found"}})
+            continue
         else:
             result = {}
         # answers everything, notifications included (id null)
