@@ -1001,6 +1001,19 @@ def _parser() -> argparse.ArgumentParser:
         "and show each message, each turn in wire order and the latencies; or check it against the schema "
         "(--validate), or compare two (--diff A B).",
     ))
+    from .exec_cli import add_exec_arguments
+
+    add_exec_arguments(sub.add_parser(
+        "exec",
+        usage="acp exec [options] [--url URL | -- AGENT COMMAND...]",
+        help="one prompt turn, non-interactive: acp exec -p TEXT [options] [--url URL | -- AGENT COMMAND...]",
+        description="Send one prompt (-p TEXT, --prompt-file FILE, or stdin) to an agent, print the turn "
+        "and exit with a status that tells how it ended. For CI jobs and shell scripts. " + env_note,
+        epilog="Exit status: 0 end_turn, 1 the agent failed (an error answer, it exited, unreachable), "
+        "2 usage error, 3 refusal, 4 max_tokens, 5 max_turn_requests, 6 authentication required, "
+        "7 another stop reason, 124 --timeout expired, 126/127 the agent command cannot be run / "
+        "was not found, 130 Ctrl-C, 143 SIGTERM.",
+    ), url_type=_url_arg)
     from .replay_cli import add_arguments as add_replay_arguments
 
     add_replay_arguments(sub.add_parser(
@@ -1042,7 +1055,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace, agent: list[
             parser.error("demo takes no agent command")
         return run_demo(out)
     settings: AgentSettings | None = None
-    if args.command in ("chat", "check"):
+    if args.command in ("chat", "check", "exec"):
         from .client.settings import AgentSettingsError
 
         if agent and args.url is not None:
@@ -1065,6 +1078,10 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace, agent: list[
             settings, cancel_prompt=args.cancel_prompt, prompt=args.prompt, timeout=args.timeout, out=out,
             auth_method=args.auth_method, json_file=args.json_file, only=args.only, skip=args.skip,
         )
+    if args.command == "exec":
+        from .exec_cli import run_exec
+
+        return run_exec(args, settings, out, progress=TurnPrinter(sys.stderr))
     if args.command == "tap":
         if not agent:
             parser.error("tap needs the agent's command after --, e.g. acp tap -- my-agent --stdio")
