@@ -46,7 +46,7 @@ PAIRS = [
     pytest.param(scenario, impl, id=f"{scenario.name}-{impl}")
     for impl in IMPLEMENTATIONS
     for scenario in SCENARIOS
-    if IMPLEMENTATIONS[impl].supports(scenario.name)
+    if IMPLEMENTATIONS[impl].supports(scenario.name) and scenario.n_test > 0
 ]
 
 
@@ -69,7 +69,8 @@ def test_scenario_completes(scenario: Scenario, impl: str) -> None:
     expected = scenario.n_test if scenario.runs_in_client else 1
     assert outcome.count == expected
     for metric in scenario.metrics:
-        assert outcome.metrics[metric.name] > 0
+        # a peak RSS may not grow at all (memory freed earlier is reused); nothing else is 0
+        assert outcome.metrics[metric.name] > 0 or (metric.unit == "x msg" and outcome.metrics[metric.name] == 0)
     if any(metric.name == "client_cpu_us" for metric in scenario.metrics):
         # CPU on each side over the timed part: at most the timed wall time on every core (plus
         # 2 ms for the reads of the clocks just outside it), so not the process's whole life

@@ -43,6 +43,7 @@ _log = logging.getLogger("acp.transport")
 
 # A write of at most PIPE_BUF bytes to a pipe that poll() reports writable does not block.
 _PIPE_BUF: int = getattr(select, "PIPE_BUF", 512)
+_SLICE_FREE = 64 * 1024  # up to this size a write passes bytes as they are (one write, no view)
 
 # Errors that mean "the other side is gone" rather than "something is broken".
 _PEER_GONE = (errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN, errno.ESHUTDOWN)
@@ -266,6 +267,10 @@ class FdTransport:
         # bytes go straight to os.write (no memoryview per write); a partial write slices.
 
         total = len(view)
+        if total > _SLICE_FREE and type(view) is bytes:
+            # A big message goes out in many partial writes: slicing bytes would copy what is
+            # left of it each time (quadratic: 50 MiB took 12 s); a memoryview's slices do not.
+            view = memoryview(view)
         offset = 0
         mode = self._write_mode
         while offset < total:

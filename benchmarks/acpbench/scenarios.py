@@ -21,7 +21,7 @@ class Scenario:
     metrics: tuple[Metric, ...]
     n: int  # default size
     n_quick: int  # --quick
-    n_test: int  # tests/test_benchmarks.py
+    n_test: int  # tests/test_benchmarks.py (0: not run there; another size covers it)
     runs_in_client: bool = True  # False: measured by the harness itself (import)
 
 
@@ -45,6 +45,14 @@ SCENARIOS: tuple[Scenario, ...] = (
              _rate("sessions_per_s", "sessions/s", "session"), n=1000, n_quick=100, n_test=5),
     Scenario("concurrent", "8 sessions prompting at once from 8 client threads (or tasks), N prompts",
              _rate("prompts_per_s", "prompts/s", "prompt"), n=4000, n_quick=400, n_test=16),
+    *(Scenario(f"large-{mib}", f"one fs/read_text_file answer of {mib} MiB, then one session/update of {mib} MiB; "
+               "peak RSS growth of each side as a multiple of the message",
+               (Metric("read_mib_s", "MiB/s", higher_is_better=True, label="read"),
+                Metric("update_mib_s", "MiB/s", higher_is_better=True, label="update"),
+                Metric("client_rss_x", "x msg", higher_is_better=False, label="client RSS", sized=False),
+                Metric("agent_rss_x", "x msg", higher_is_better=False, label="agent RSS", sized=False)),
+               n=mib, n_quick=1, n_test=1 if mib == 1 else 0)  # the tests run the code once, at 1 MiB
+      for mib in (1, 10, 50)),
     Scenario("startup", "from spawning the agent to the initialize answer",
              (Metric("startup_ms", "ms", higher_is_better=False, sized=False),), n=1, n_quick=1, n_test=1),
     Scenario("import", "python -X importtime: `import acp` cumulative (bare: msgspec); ready: "

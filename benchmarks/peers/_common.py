@@ -20,6 +20,7 @@ yardstick's lf agent), and the yardstick's client drives our agents (see benchma
 from __future__ import annotations
 
 import ctypes
+import functools
 import json
 import os
 import shlex
@@ -29,12 +30,14 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-SCENARIOS = ("rtt", "stream", "read", "sessions", "concurrent", "startup", "memory")
+SCENARIOS = ("rtt", "stream", "read", "sessions", "concurrent", "startup", "memory", "large")
 CONCURRENCY = 8
 READ_PATH = "/acp-bench/virtual-1k.txt"  # never opened: the client answers with FILE_CONTENT
 FILE_CONTENT = "0123456789abcdef" * 64  # 1 KiB, the yardstick's answer too
 CWD = "/tmp"
 WARMUP_PROMPTS = 20
+MIB = 1 << 20
+BIG_PREFIX = "/acp-bench/big-"  # + the size in bytes + ".txt": the client answers that many bytes
 
 
 def agent_command(default: list[str]) -> list[str]:
@@ -44,10 +47,11 @@ def agent_command(default: list[str]) -> list[str]:
 
 
 def parse_args() -> tuple[str, int]:
-    """``SCENARIO N`` from the command line."""
-    if len(sys.argv) != 3 or sys.argv[1] not in SCENARIOS:
+    """``SCENARIO N`` from the command line (``large-10``: the large scenario, N MiB)."""
+    scenario = sys.argv[1].split("-")[0] if len(sys.argv) == 3 else ""
+    if scenario not in SCENARIOS:
         sys.exit(f"usage: {sys.argv[0]} {{{','.join(SCENARIOS)}}} N")
-    return sys.argv[1], int(sys.argv[2])
+    return scenario, int(sys.argv[2])
 
 
 def emit(metrics: dict[str, float], count: int) -> None:
@@ -60,11 +64,28 @@ def unavailable(reason: str) -> None:
 
 
 def agent_reply(text: str) -> tuple[str, int]:
-    """What the agent does for a prompt: ("stream" | "read" | "answer", n)."""
+    """What the agent does for a prompt: ("stream" | "read" | "big_read" | "big_update" |
+    "answer", n). ``big_read SIZE``: one fs/read_text_file of :func:`big_path` (SIZE bytes);
+    ``big_update SIZE``: one agent_message_chunk of :func:`big_text` (SIZE bytes)."""
     command, _, arg = text.partition(" ")
-    if command in ("stream", "read"):
+    if command in ("stream", "read", "big_read", "big_update"):
         return command, int(arg.split()[0])  # "read N PATH": the path is READ_PATH
     return "answer", 0
+
+
+def big_path(size: int) -> str:
+    return f"{BIG_PREFIX}{size}.txt"
+
+
+@functools.cache
+def big_text(size: int) -> str:
+    """SIZE bytes of text (made once per process: not timed as protocol work)."""
+    return "x" * size
+
+
+def read_answer(path: str) -> str:
+    """The file content a client answers for ``path``: 1 KiB, or a big_read's SIZE bytes."""
+    return FILE_CONTENT if path == READ_PATH else big_text(int(path[len(BIG_PREFIX):-len(".txt")]))
 
 
 class ChunkCounter:
@@ -267,6 +288,30 @@ def _memory(client: SyncBenchClient, n: int) -> tuple[dict[str, float], int]:
     return {"rss_idle_mib": idle, "rss_sessions_mib": peak_rss_mib(pid)}, n
 
 
+def _large(client: SyncBenchClient, n: int) -> tuple[dict[str, float], int]:
+    """One fs/read_text_file answer of N MiB, then one session/update of N MiB."""
+    session_id = _warm(client)
+    size = n * MIB
+    big_text(size)  # made before the timed part, on both sides (the agent at its first use)
+    pids = (os.getpid(), agent_pid())
+    before = [peak_rss_mib(pid) for pid in pids]
+    start = time.perf_counter()
+    read_ok = client.prompt(session_id, f"big_read {size}") == "end_turn"
+    read_s = time.perf_counter() - start
+    chunks = client.chunks.count
+    start = time.perf_counter()
+    update_ok = client.prompt(session_id, f"big_update {size}") == "end_turn"
+    update_s = time.perf_counter() - start
+    return _large_metrics(n, read_s, update_s, pids, before), n if read_ok and update_ok and client.chunks.count == chunks + 1 else -1
+
+
+def _large_metrics(n: int, read_s: float, update_s: float, pids: tuple[int, int], before: list[float]) -> dict[str, float]:
+    """MiB/s each way, and how much each side's peak RSS grew, as a multiple of the message."""
+    client_growth, agent_growth = (peak_rss_mib(pid) - was for pid, was in zip(pids, before, strict=True))
+    return {"read_mib_s": n / read_s, "update_mib_s": n / update_s,
+            "client_rss_x": client_growth / n, "agent_rss_x": agent_growth / n}
+
+
 _SYNC_SCENARIOS: dict[str, Callable[[SyncBenchClient, int], tuple[dict[str, float], int]]] = {
     "rtt": _rtt,
     "stream": _stream,
@@ -274,6 +319,7 @@ _SYNC_SCENARIOS: dict[str, Callable[[SyncBenchClient, int], tuple[dict[str, floa
     "sessions": _sessions,
     "concurrent": _concurrent,
     "memory": _memory,
+    "large": _large,
 }
 
 
@@ -384,6 +430,22 @@ class _AsyncDriver:
         done = await asyncio.gather(*(worker(s, k) for s, k in zip(sessions, shares, strict=True)))
         elapsed = time.perf_counter() - start
         return {"prompts_per_s": n / elapsed, **cpu.stop(n)}, sum(done)
+
+    async def large(self, n: int) -> Metrics:
+        session_id = await self.warm()
+        size = n * MIB
+        big_text(size)
+        pids = (os.getpid(), agent_pid())
+        before = [peak_rss_mib(pid) for pid in pids]
+        start = time.perf_counter()
+        read_ok = await self.client.prompt(session_id, f"big_read {size}") == "end_turn"
+        read_s = time.perf_counter() - start
+        chunks = self.client.chunks.count
+        start = time.perf_counter()
+        update_ok = await self.client.prompt(session_id, f"big_update {size}") == "end_turn"
+        update_s = time.perf_counter() - start
+        ok = read_ok and update_ok and self.client.chunks.count == chunks + 1
+        return _large_metrics(n, read_s, update_s, pids, before), n if ok else -1
 
     async def memory(self, n: int) -> Metrics:
         pid = agent_pid()

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from _common import FILE_CONTENT, READ_PATH, agent_reply
+from _common import FILE_CONTENT, READ_PATH, agent_reply, big_path, big_text
 
 # The loop-native pipe transport of the runtime's tests (until acp.aio.transport.StdioTransport).
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "helpers"))
@@ -47,6 +47,13 @@ async def main() -> None:
                 answer = await request("fs/read_text_file", {"sessionId": session_id, "path": READ_PATH})
                 if len(answer["content"]) != len(FILE_CONTENT):
                     return {"stopReason": "refusal"}
+        elif action == "big_read":
+            answer = await conn.request("fs/read_text_file", {"sessionId": session_id, "path": big_path(n)})
+            if len(answer["content"]) != n:
+                return {"stopReason": "refusal"}
+        elif action == "big_update":
+            update = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": big_text(n)}}
+            conn.notify("session/update", {"sessionId": session_id, "update": update})
         return {"stopReason": "end_turn"}
 
     conn.on_request("initialize", initialize)

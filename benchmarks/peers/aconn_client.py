@@ -11,13 +11,13 @@ from typing import Any
 
 from _common import (
     CWD,
-    FILE_CONTENT,
     READ_PATH,
     WARMUP_PROMPTS,
     ChunkCounter,
     CpuMeter,
     emit,
     parse_args,
+    read_answer,
     unavailable,
 )
 
@@ -40,7 +40,7 @@ async def run(scenario: str, n: int) -> None:
 
     def on_read(params: Any, call: AsyncInboundCall) -> Any:
         reads[0] += 1
-        return {"content": FILE_CONTENT}
+        return {"content": read_answer(params["path"])}
 
     conn.on_notification("session/update", on_update)
     conn.on_request("fs/read_text_file", on_read)

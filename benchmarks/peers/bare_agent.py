@@ -6,7 +6,7 @@ import os
 from typing import Any
 
 import msgspec
-from _common import FILE_CONTENT, READ_PATH, agent_reply
+from _common import FILE_CONTENT, READ_PATH, agent_reply, big_path, big_text
 
 encode = msgspec.json.encode
 decode = msgspec.json.decode
@@ -54,6 +54,12 @@ class Agent:
             for _ in range(n):
                 if len(self.call("fs/read_text_file", {"sessionId": session_id, "path": READ_PATH})["content"]) != len(FILE_CONTENT):
                     return "refusal"
+        elif action == "big_read":
+            if len(self.call("fs/read_text_file", {"sessionId": session_id, "path": big_path(n)})["content"]) != n:
+                return "refusal"
+        elif action == "big_update":
+            update = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": big_text(n)}}
+            write({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": session_id, "update": update}})
         return "end_turn"
 
     def call(self, method: str, params: dict[str, Any]) -> Any:

@@ -14,7 +14,7 @@ import os
 from typing import Any
 
 import msgspec
-from _common import FILE_CONTENT, READ_PATH, agent_reply
+from _common import FILE_CONTENT, READ_PATH, agent_reply, big_path, big_text
 
 encode = msgspec.json.encode
 decode = msgspec.json.decode
@@ -29,6 +29,7 @@ class Agent:
         self.loop = loop
         self.done = loop.create_future()
         self.buffer = b""
+        self.pieces: list[bytes] = []
         self.sessions: dict[str, str] = {}
         self.next_id = 0
         self.waiters: dict[int, asyncio.Future[Any]] = {}
@@ -42,6 +43,12 @@ class Agent:
             self.loop.remove_reader(0)
             self.done.set_result(None)
             return
+        if b"\n" not in data:  # part of a long line: kept, joined once (linear, not quadratic)
+            self.pieces.append(data)
+            return
+        if self.pieces:
+            data = b"".join(self.pieces) + data
+            self.pieces.clear()
         *lines, self.buffer = (self.buffer + data).split(b"\n")
         for line in lines:
             self.on_message(decode(line))
@@ -51,7 +58,7 @@ class Agent:
             self.waiters.pop(msg["id"]).set_result(msg["result"])
         elif "id" in msg:  # notifications (session/cancel) are ignored
             params = msg["params"]
-            if msg["method"] == "session/prompt" and params["prompt"][0]["text"].startswith("read "):
+            if msg["method"] == "session/prompt" and params["prompt"][0]["text"].startswith(("read ", "big_read ")):
                 task = self.loop.create_task(self.read_prompt(msg["id"], params))
                 self.tasks.add(task)
                 task.add_done_callback(self.tasks.discard)
@@ -77,13 +84,20 @@ class Agent:
                     update = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": str(i)}}
                     write({"jsonrpc": "2.0", "method": "session/update",
                            "params": {"sessionId": session_id, "update": update}})
+            elif action == "big_update":
+                update = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": big_text(n)}}
+                write({"jsonrpc": "2.0", "method": "session/update",
+                       "params": {"sessionId": params["sessionId"], "update": update}})
             return {"stopReason": "end_turn"}
         raise ValueError(f"unexpected method {method}")
 
     async def read_prompt(self, msg_id: int, params: dict[str, Any]) -> None:
-        _, n = agent_reply(params["prompt"][0]["text"])
+        action, n = agent_reply(params["prompt"][0]["text"])
         stop = "end_turn"
-        for _ in range(n):
+        if action == "big_read":
+            result = await self.call("fs/read_text_file", {"sessionId": params["sessionId"], "path": big_path(n)})
+            stop = "end_turn" if len(result["content"]) == n else "refusal"
+        for _ in range(n if action == "read" else 0):
             result = await self.call("fs/read_text_file", {"sessionId": params["sessionId"], "path": READ_PATH})
             if len(result["content"]) != len(FILE_CONTENT):
                 stop = "refusal"

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from _common import CWD, FILE_CONTENT, ChunkCounter, parse_args, run_async
+from _common import CWD, ChunkCounter, parse_args, read_answer, run_async
 
 encode = msgspec.json.encode
 decode = msgspec.json.decode
@@ -35,6 +35,7 @@ class BareAsyncClient:
         self.chunks = ChunkCounter()
         self.reads = 0
         self.buffer = b""
+        self.pieces: list[bytes] = []
         self.waiters: dict[int, asyncio.Future[Any]] = {}
         self.loop = asyncio.get_running_loop()
         os.set_blocking(self.input, False)
@@ -48,6 +49,12 @@ class BareAsyncClient:
         if not data:
             self.loop.remove_reader(self.input)
             return
+        if b"\n" not in data:  # part of a long line: kept, joined once (linear, not quadratic)
+            self.pieces.append(data)
+            return
+        if self.pieces:
+            data = b"".join(self.pieces) + data
+            self.pieces.clear()
         *lines, self.buffer = (self.buffer + data).split(b"\n")
         for line in lines:
             msg = decode(line)
@@ -58,7 +65,7 @@ class BareAsyncClient:
                 self.chunks(msg["params"]["update"]["content"]["text"])
             elif method == "fs/read_text_file":
                 self.reads += 1
-                self.write({"jsonrpc": "2.0", "id": msg["id"], "result": {"content": FILE_CONTENT}})
+                self.write({"jsonrpc": "2.0", "id": msg["id"], "result": {"content": read_answer(msg["params"]["path"])}})
 
     async def call(self, method: str, params: dict[str, Any]) -> Any:
         msg_id = next(self.ids)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from _common import CWD, FILE_CONTENT, ChunkCounter, parse_args, run_sync
+from _common import CWD, ChunkCounter, parse_args, read_answer, run_sync
 
 encode = msgspec.json.encode
 decode = msgspec.json.decode
@@ -83,7 +83,7 @@ class BareClient:
             self.chunks(msg["params"]["update"]["content"]["text"])
         elif method == "fs/read_text_file":
             self.reads += 1
-            self.write({"jsonrpc": "2.0", "id": msg["id"], "result": {"content": FILE_CONTENT}})
+            self.write({"jsonrpc": "2.0", "id": msg["id"], "result": {"content": read_answer(msg["params"]["path"])}})
 
     # ------------------------------------------------------------ the SyncBenchClient protocol
 

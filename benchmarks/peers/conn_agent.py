@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from _common import FILE_CONTENT, READ_PATH, agent_reply
+from _common import FILE_CONTENT, READ_PATH, agent_reply, big_path, big_text
 
 from acp.connection import Connection, InboundCall
 from acp.transport import StdioTransport
@@ -40,6 +40,12 @@ def main() -> None:
                 answer = request("fs/read_text_file", {"sessionId": session_id, "path": READ_PATH})
                 if len(answer["content"]) != len(FILE_CONTENT):
                     return {"stopReason": "refusal"}
+        elif action == "big_read":
+            if len(conn.request("fs/read_text_file", {"sessionId": session_id, "path": big_path(n)})["content"]) != n:
+                return {"stopReason": "refusal"}
+        elif action == "big_update":
+            update = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": big_text(n)}}
+            conn.notify("session/update", {"sessionId": session_id, "update": update})
         return {"stopReason": "end_turn"}
 
     conn.on_request("initialize", initialize)

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from _common import CWD, FILE_CONTENT, ChunkCounter, agent_command, parse_args, run_sync
+from _common import CWD, ChunkCounter, agent_command, parse_args, read_answer, run_sync
 
 from acp.connection import Connection, InboundCall
 from acp.transport import ProcessTransport
@@ -28,7 +28,7 @@ class ConnClient:
 
     def on_read(self, params: Any, call: InboundCall) -> Any:
         self.reads += 1
-        return {"content": FILE_CONTENT}
+        return {"content": read_answer(params["path"])}
 
     def initialize(self) -> None:
         capabilities = {"fs": {"readTextFile": True, "writeTextFile": False}}

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from _common import FILE_CONTENT, READ_PATH, agent_reply
+from _common import FILE_CONTENT, READ_PATH, agent_reply, big_path, big_text
 
 from acp import (
     PROTOCOL_VERSION,
@@ -51,6 +51,12 @@ class BenchAgent:
                 answer = await self.conn.read_text_file(session_id=session_id, path=READ_PATH)
                 if len(answer.content) != len(FILE_CONTENT):
                     return PromptResponse(stop_reason="refusal")
+        elif action == "big_read":
+            answer = await self.conn.read_text_file(session_id=session_id, path=big_path(n))
+            if len(answer.content) != n:
+                return PromptResponse(stop_reason="refusal")
+        elif action == "big_update":
+            await self.conn.session_update(session_id, update_agent_message_text(big_text(n)))
         return PromptResponse(stop_reason="end_turn")
 
     async def cancel(self, session_id: str, **kwargs: Any) -> None:

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from _common import CWD, FILE_CONTENT, ChunkCounter, parse_args, run_async
+from _common import CWD, ChunkCounter, parse_args, read_answer, run_async
 
 from acp import PROTOCOL_VERSION, ReadTextFileResponse, spawn_agent_process, text_block
 from acp.schema import ClientCapabilities, FileSystemCapabilities
@@ -29,7 +29,7 @@ class BenchClient:
 
     async def read_text_file(self, session_id: str, path: str, **kwargs: Any) -> ReadTextFileResponse:
         self.reads += 1
-        return ReadTextFileResponse(content=FILE_CONTENT)
+        return ReadTextFileResponse(content=read_answer(path))
 
 
 class Adapter:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from _common import FILE_CONTENT, READ_PATH, agent_reply
+from _common import FILE_CONTENT, READ_PATH, agent_reply, big_path, big_text
 
 import acp
 from acp import schema
@@ -34,6 +34,11 @@ def prompt(request: schema.PromptRequest, ctx: acp.PromptContext) -> str | None:
         for _ in range(n):
             if len(read(READ_PATH)) != len(FILE_CONTENT):
                 return "refusal"
+    elif action == "big_read":
+        if len(ctx.read_file(big_path(n))) != n:
+            return "refusal"
+    elif action == "big_update":
+        ctx.send_message(big_text(n))
     return "end_turn"
 
 

@@ -6,7 +6,7 @@ import asyncio
 import os
 from typing import Any
 
-from _common import FILE_CONTENT, READ_PATH, agent_reply
+from _common import FILE_CONTENT, READ_PATH, agent_reply, big_path, big_text
 
 import acp
 from acp import schema
@@ -34,6 +34,11 @@ async def prompt(request: schema.PromptRequest, ctx: acp.AsyncPromptContext) -> 
         for _ in range(n):
             if len(await read(READ_PATH)) != len(FILE_CONTENT):
                 return "refusal"
+    elif action == "big_read":
+        if len(await ctx.read_file(big_path(n))) != n:
+            return "refusal"
+    elif action == "big_update":
+        ctx.send_message(big_text(n))
     return "end_turn"
 
 

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from _common import CWD, FILE_CONTENT, ChunkCounter, parse_args, run_async, unavailable
+from _common import CWD, ChunkCounter, parse_args, read_answer, run_async, unavailable
 
 import acp
 from acp import schema
@@ -45,7 +45,7 @@ class OursAsyncClient:
 
     async def on_read(self, request: schema.ReadTextFileRequest, ctx: object) -> schema.ReadTextFileResponse:
         self.reads += 1
-        return schema.ReadTextFileResponse(content=FILE_CONTENT)
+        return schema.ReadTextFileResponse(content=read_answer(request.path))
 
     async def initialize(self) -> None:
         await self.client.initialize()

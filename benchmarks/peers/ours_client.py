@@ -10,10 +10,10 @@ from typing import Any
 
 from _common import (
     CWD,
-    FILE_CONTENT,
     ChunkCounter,
     agent_command,
     parse_args,
+    read_answer,
     run_sync,
     unavailable,
 )
@@ -55,7 +55,7 @@ class OursClient:
 
     def on_read(self, request: schema.ReadTextFileRequest, ctx: object) -> schema.ReadTextFileResponse:
         self.reads += 1
-        return schema.ReadTextFileResponse(content=FILE_CONTENT)
+        return schema.ReadTextFileResponse(content=read_answer(request.path))
 
     def initialize(self) -> None:
         self.client.initialize()
