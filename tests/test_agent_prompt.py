@@ -85,6 +85,22 @@ def test_a_plain_text_chunk_goes_out_as_the_bytes_its_structs_encode_to(session_
     assert frame[0] + schema.encode(text) + frame[1] == expected
 
 
+def test_chunks_on_both_sides_of_the_framed_size_arrive_whole_and_in_order(no_thread_leak: None) -> None:
+    # Up to 64 KiB a plain chunk goes out framed (Raw bytes); above, through the Structs (one
+    # copy fewer of a big text). The client sees the same kind of update either way.
+    from acp.agent import context
+
+    sizes = [context._MAX_FRAMED_CHUNK, context._MAX_FRAMED_CHUNK + 1, 3 << 20]
+    texts = [str(i) * size for i, size in enumerate(sizes)]
+
+    def prompt(request: Any, ctx: Any) -> None:
+        for text in texts:
+            ctx.send_message(text)
+
+    with _one_turn(prompt) as (client, sid):
+        assert client.texts(sid) == texts
+
+
 def test_a_text_that_cannot_be_encoded_fails_the_send_and_nothing_goes_out(no_thread_leak: None) -> None:
     failures: list[type[BaseException]] = []
 

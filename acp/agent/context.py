@@ -114,6 +114,9 @@ def _plan_entry(entry: PlanEntryLike) -> schema.PlanEntry:
 # (send_message's plain-text chunks); bounded: emptied when a connection has made this many.
 _CHUNK_FRAMES: dict[str, tuple[bytes, bytes]] = {}
 _MAX_CHUNK_FRAMES = 1024
+# Above this many characters a chunk is encoded straight into the batch (the Struct path): the
+# frame's two concatenations would copy a big text twice more (and hold three copies at once).
+_MAX_FRAMED_CHUNK = 64 * 1024
 _encode_json = msgspec.json.Encoder().encode
 
 
@@ -150,7 +153,7 @@ class _SessionMethods:
         # send_update, _block and session_update inlined (a chunk is a baseline update: no
         # capability to check): this runs once per streamed chunk.
         notification: Any
-        if type(content) is str and meta is None:
+        if type(content) is str and meta is None and len(content) <= _MAX_FRAMED_CHUNK:
             # The common chunk, plain text: its params are the session's frame around the
             # JSON-encoded text, the very bytes the three Structs encode to (tested), sent as
             # msgspec.Raw: no Structs to make and encode per chunk (~60 ns of ~900).
