@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from typing import IO, TYPE_CHECKING, Any, Union
 
 from . import __version__, schema
+from ._text import safe
+from .terminal_forms import answer_elicitation
 from .transport.process import describe_exit
 from .turn_printer import TurnPrinter
 
@@ -135,14 +137,41 @@ class _Console:
             self.out.write("  please type one of the numbers\n")
         reply.put(choice)
 
+    def ask_elicitation(self, request: schema.CreateElicitationRequest, ctx: Any) -> schema.CreateElicitationResponse:
+        """The ``elicitation/create`` handler (runs on a handler thread): the main thread asks."""
+        reply: queue.Queue[schema.CreateElicitationResponse | None] = queue.Queue()
+        ctx.on_cancel(lambda: reply.put(None))
+        self.events.put(("elicit", (request, reply)))
+        answer = reply.get()
+        return answer if answer is not None else schema.CreateElicitationResponseCancel()
 
-_CHAT_HELP = """commands:
-  /quit          leave (end of input does the same)
-  /new           start a new session
-  /mode [ID]     list the session's modes, or switch to mode ID
-  /auth [ID]     list the agent's authentication methods, or authenticate with method ID
-  /help          this text
-anything else is sent to the agent as a prompt; Ctrl-C during a turn cancels it."""
+    def elicit(
+        self, request: schema.CreateElicitationRequest, reply: queue.Queue[schema.CreateElicitationResponse | None]
+    ) -> None:
+        """Ask the user to fill in ``request`` (on the main thread) and send the answer back."""
+        def write(text: str) -> None:
+            self.out.write(text)
+            self.out.flush()
+
+        reply.put(answer_elicitation(request, self.read, write))
+
+
+_CHAT_HELP = """commands (Tab completes them and their arguments):
+  /quit              leave (end of input does the same)
+  /new               start a new session
+  /mode [ID]         list the session's modes, or switch to mode ID
+  /config [ID VALUE] list the session's configuration options, or set one
+  /model [VALUE]     list the models (the option of category "model"), or choose one
+  /sessions          list the agent's sessions in this folder (session/list)
+  /load ID           load session ID, replaying its conversation (session/load)
+  /resume ID         resume session ID without a replay (session/resume)
+  /close             close the current session (session/close)
+  /auth [ID]         list the agent's authentication methods, or sign in with method ID
+  /help              this text
+anything else is sent to the agent as a prompt; Ctrl-C during a turn cancels it, and while
+waiting for a sign-in gives up waiting."""
+
+_COMMANDS = ("/quit", "/new", "/mode", "/config", "/model", "/sessions", "/load", "/resume", "/close", "/auth", "/help")
 
 _STDERR_LINES = 10
 
@@ -156,15 +185,20 @@ def _error_text(exc: BaseException) -> str:
 class _Chat:
     """One chat: the client, the current session and what the agent offered."""
 
-    def __init__(self, client: Any, console: _Console, printer: _ChatPrinter, cwd: str) -> None:
+    def __init__(
+        self, client: Any, console: _Console, printer: _ChatPrinter, cwd: str, sign_in_timeout: float = 300.0
+    ) -> None:
         self.client = client
         self.console = console
         self.out = console.out
         self.printer = printer
         self.cwd = cwd
+        self.sign_in_timeout = sign_in_timeout
         self.init: schema.InitializeResponse | None = None
         self.session_id: str | None = None
         self.modes: schema.SessionModeState | None = None
+        self.config_options: list[Any] = []
+        self.known_sessions: list[str] = []  # from /sessions and the sessions of this chat: Tab completes them
 
     # -- reporting
 
@@ -211,13 +245,21 @@ class _Chat:
     # -- commands
 
     def authenticate(self, method_id: str) -> bool:
-        """``authenticate`` with ``method_id``; an env_var method's variables are checked first."""
+        """Sign in with ``method_id``: an env_var method's variables are checked first, a
+        terminal method runs the agent's sign-in command in this terminal, any other is the
+        agent's own (``authenticate``, which may wait for a browser): a visible wait, within
+        the sign-in timeout, that Ctrl-C gives up (``$/cancel_request``)."""
+        from .errors import RequestError
+
         method = next((m for m in self.auth_methods() if _auth_field(m, "id") == method_id), None)
         if method is None:
             offered = ", ".join(str(_auth_field(m, "id")) for m in self.auth_methods()) or "none"
             self.printer.line(f"error: the agent offers no authentication method {method_id!r} (offered: {offered})")
             return False
-        if _auth_field(method, "type") == "env_var":
+        kind = _auth_field(method, "type")
+        if kind == "terminal":
+            return self._terminal_sign_in(method)
+        if kind == "env_var":
             missing = [v for v in _env_vars(method) if not v.get("optional") and not os.environ.get(str(v.get("name")))]
             if missing and self.client.process is not None:
                 names = ", ".join(str(v.get("name")) for v in missing)
@@ -226,13 +268,60 @@ class _Chat:
                     "start the chat again (the agent is spawned with this environment)"
                 )
                 return False
+        self.printer.line(
+            f"waiting for sign-in with {method_id!r} (up to {self.sign_in_timeout:g} s; Ctrl-C gives up)..."
+        )
         try:
-            self.client.authenticate(method_id)
+            self.client.authenticate(method_id, timeout=self.sign_in_timeout)
+        except KeyboardInterrupt:
+            self.printer.line(f"gave up waiting for sign-in with {method_id!r} (the request was cancelled)")
+            return False
         except _reportable_errors() as exc:
-            self.error_line(exc, f"authentication with {method_id!r} failed")
+            if isinstance(exc, RequestError) or self.client.is_closed:
+                self.error_line(exc, f"authentication with {method_id!r} failed")
+            else:  # the timeout: say what to do
+                self.printer.line(
+                    f"gave up waiting for sign-in with {method_id!r} after {self.sign_in_timeout:g} s "
+                    "(--sign-in-timeout S waits longer)"
+                )
             return False
         self.printer.line(f"authenticated with {method_id!r}")
         return True
+
+    def _terminal_sign_in(self, method: Any) -> bool:
+        """A ``terminal`` auth method: run the agent's command with the method's arguments and
+        environment in this terminal (the user signs in there), then go on."""
+        import subprocess
+
+        process = self.client.process
+        if process is None:
+            self.printer.line("error: a terminal sign-in runs the agent's own command: only for a local agent")
+            return False
+        argv = [*process.argv, *(str(a) for a in _auth_field(method, "args") or ())]
+        env = {**os.environ, **{str(k): str(v) for k, v in (_auth_field(method, "env") or {}).items()}}
+        self.printer.line(f"running {safe(' '.join(argv))} in this terminal to sign in...")
+        self.out.flush()
+        try:
+            code = subprocess.run(argv, env=env, cwd=self.cwd, check=False).returncode
+        except KeyboardInterrupt:
+            self.printer.line("sign-in interrupted")
+            return False
+        except OSError as exc:
+            self.printer.line(f"error: cannot run the sign-in command: {exc}")
+            return False
+        if code != 0:
+            self.printer.line(f"the sign-in command {describe_exit(code)}")
+            return False
+        self.printer.line("sign-in finished")
+        return True
+
+    def _use(self, session_id: str, response: Any) -> None:
+        """``session_id`` becomes the current session, with the modes and options ``response`` gave."""
+        self.session_id = session_id
+        self.modes = getattr(response, "modes", None)
+        self.config_options = list(getattr(response, "config_options", None) or [])
+        if session_id not in self.known_sessions:
+            self.known_sessions.append(session_id)
 
     def new_session(self, prefix: str = "error: session/new failed") -> BaseException | None:
         """Start a session (it becomes the current one); the error, reported, if it failed."""
@@ -241,7 +330,7 @@ class _Chat:
         except _reportable_errors() as exc:
             self.error_line(exc, prefix)
             return exc
-        self.session_id, self.modes = response.session_id, response.modes
+        self._use(response.session_id, response)
         return None
 
     def mode(self, mode: str) -> None:
@@ -266,6 +355,173 @@ class _Chat:
         if self.modes is not None:
             self.modes.current_mode_id = mode
         self.printer.line(f"mode: {mode}")
+
+    # -- configuration options (/config, /model)
+
+    def config(self, argument: str) -> None:
+        """List the options, or set one: ``ID VALUE`` (a choice's value or number; on/off)."""
+        config_id, _, value = argument.partition(" ")
+        if not config_id:
+            if not self.config_options:
+                self.printer.line("the agent offers no configuration options for this session")
+                return
+            self.printer.line("configuration options (/config ID VALUE sets one):")
+            for option in self.config_options:
+                self._show_option(option)
+            return
+        option = next((o for o in self.config_options if _option_id(o) == config_id), None)
+        if option is None:
+            offered = ", ".join(_option_id(o) for o in self.config_options) or "none"
+            self.printer.line(f"error: no configuration option {config_id!r} (offered: {offered})")
+            return
+        self._set_option(option, value.strip())
+
+    def model(self, argument: str) -> None:
+        """The option of category ``model``: list its choices, or choose one."""
+        option = next((o for o in self.config_options if getattr(o, "category", None) == "model"), None)
+        if option is None:
+            self.printer.line("the agent offers no model choice for this session (no option of category 'model')")
+            return
+        if not argument:
+            self._show_option(option)
+            return
+        self._set_option(option, argument)
+
+    def _show_option(self, option: Any) -> None:
+        if isinstance(option, schema.SessionConfigOptionBoolean):
+            self.printer.line(f"  {option.id}  {safe(option.name)}: {'on' if option.current_value else 'off'} (on/off)")
+            return
+        if not isinstance(option, schema.SessionConfigOptionSelect):
+            self.printer.line(f"  {safe(_option_id(option))}: a kind of option this client cannot set")
+            return
+        self.printer.line(f"  {option.id}  {safe(option.name)}" + (f": {safe(option.description)}" if option.description else ""))
+        for number, (value, name) in enumerate(_select_values(option), 1):
+            mark = "*" if value == option.current_value else " "
+            self.printer.line(f"    {mark} {number}. {safe(value)}" + (f"  {safe(name)}" if name != value else ""))
+
+    def _set_option(self, option: Any, typed: str) -> None:
+        value: str | bool
+        if isinstance(option, schema.SessionConfigOptionBoolean):
+            if typed.lower() not in ("on", "off", "true", "false", "yes", "no"):
+                self.printer.line(f"error: {option.id} is on or off")
+                return
+            value = typed.lower() in ("on", "true", "yes")
+        elif isinstance(option, schema.SessionConfigOptionSelect):
+            values = _select_values(option)
+            if typed.isdigit() and 1 <= int(typed) <= len(values):
+                value = values[int(typed) - 1][0]
+            elif typed in {v for v, _ in values}:
+                value = typed
+            else:
+                self.printer.line(f"error: {option.id} takes one of: {', '.join(v for v, _ in values)}")
+                return
+        else:
+            self.printer.line(f"error: {_option_id(option)} is a kind of option this client cannot set")
+            return
+        if self.session_id is None:
+            self.printer.line("error: no session yet (/new starts one)")
+            return
+        try:
+            response = self.client.set_session_config_option(self.session_id, option.id, value)
+        except _reportable_errors() as exc:
+            self.error_line(exc)
+            return
+        self.config_options = list(response.config_options or self.config_options)
+        self.printer.line(f"{option.id}: {'on' if value is True else 'off' if value is False else value}")
+
+    # -- sessions (/sessions, /load, /resume, /close)
+
+    def sessions(self) -> None:
+        try:
+            listed = list(self.client.iter_sessions(cwd=self.cwd))
+        except _reportable_errors() as exc:
+            self.error_line(exc)
+            return
+        if not listed:
+            self.printer.line("no sessions in this folder")
+            return
+        self.printer.line("sessions (* current; /load ID or /resume ID opens one):")
+        for info in listed:
+            if info.session_id not in self.known_sessions:
+                self.known_sessions.append(info.session_id)
+            mark = "*" if info.session_id == self.session_id else " "
+            about = "  ".join(safe(str(x)) for x in (info.title, info.updated_at) if x)
+            self.printer.line(f"  {mark} {safe(info.session_id)}" + (f"  {about}" if about else ""))
+
+    def open_session(self, how: str, session_id: str) -> None:
+        """``/load`` (the agent replays the conversation, shown as it comes) or ``/resume``."""
+        if not session_id:
+            self.printer.line(f"error: /{how} needs a session id (/sessions lists them)")
+            return
+        try:
+            if how == "load":
+                response = self.client.load_session(session_id, self.cwd)
+            else:
+                response = self.client.resume_session(session_id, self.cwd)
+        except _reportable_errors() as exc:
+            self.error_line(exc)
+            return
+        self.printer.end()
+        self._use(session_id, response)
+        self.printer.line(f"{'loaded' if how == 'load' else 'resumed'} session {safe(session_id)}")
+
+    def close_session(self) -> None:
+        if self.session_id is None:
+            self.printer.line("error: no session to close")
+            return
+        try:
+            self.client.close_session(self.session_id)
+        except _reportable_errors() as exc:
+            self.error_line(exc)
+            return
+        self.printer.line(f"closed session {safe(self.session_id)} (/new starts another)")
+        self.session_id, self.modes, self.config_options = None, None, []
+
+    # -- completion
+
+    def complete(self, line: str) -> list[str]:
+        """What Tab may complete ``line`` to (the command, then its argument)."""
+        command, space, rest = line.partition(" ")
+        if not space:
+            return [c + " " for c in _COMMANDS if c.startswith(command)]
+        words: list[str] = []
+        if command == "/auth":
+            words = [str(_auth_field(m, "id")) for m in self.auth_methods()]
+        elif command == "/mode" and self.modes is not None:
+            words = [m.id for m in self.modes.available_modes]
+        elif command in ("/load", "/resume"):
+            words = list(self.known_sessions)
+        elif command == "/model":
+            option = next((o for o in self.config_options if getattr(o, "category", None) == "model"), None)
+            words = [v for v, _ in _select_values(option)] if isinstance(option, schema.SessionConfigOptionSelect) else []
+        elif command == "/config":
+            config_id, space, _ = rest.partition(" ")
+            if not space:  # the option's id, and a space for its value
+                return [f"{command} {_option_id(o)} " for o in self.config_options if _option_id(o).startswith(rest)]
+            else:
+                option = next((o for o in self.config_options if _option_id(o) == config_id), None)
+                prefix = config_id + " "
+                if isinstance(option, schema.SessionConfigOptionSelect):
+                    return [command + " " + prefix + v for v, _ in _select_values(option) if (prefix + v).startswith(rest)]
+                if isinstance(option, schema.SessionConfigOptionBoolean):
+                    return [command + " " + prefix + v for v in ("on", "off") if (prefix + v).startswith(rest)]
+                return []
+        return [f"{command} {w}" for w in words if w.startswith(rest)]
+
+
+def _option_id(option: Any) -> str:
+    return str(option.get("id") if isinstance(option, dict) else getattr(option, "id", "?"))
+
+
+def _select_values(option: Any) -> list[tuple[str, str]]:
+    """(value, name) of each choice of a select option, groups flattened."""
+    found: list[tuple[str, str]] = []
+    for item in getattr(option, "options", None) or []:
+        if isinstance(item, schema.SessionConfigSelectGroup):
+            found += [(o.value, o.name) for o in item.options]
+        elif hasattr(item, "value"):
+            found.append((item.value, item.name))
+    return found
 
 
 def _auth_field(method: Any, name: str) -> Any:
@@ -310,21 +566,98 @@ def run_chat(
     cwd: str,
     out: IO[str],
     auth_method: str | None = None,
+    sign_in_timeout: float = 300.0,
+    show_stderr: bool = True,
 ) -> int:
     """``acp chat``: an interactive client for the agent ``agent_argv`` (a command, or
     :class:`~acp.client.settings.AgentSettings`), authenticating first with ``auth_method`` if
-    given; the exit status."""
+    given; the exit status. What the agent writes outside the protocol (a sign-in URL printed
+    on stdout; stderr unless ``show_stderr`` is False) is shown, escaped."""
     import acp
 
     settings = _as_settings(agent_argv)
     interactive = sys.stdin.isatty()
-    if interactive:
-        try:
-            import readline  # noqa: F401 - line editing and history for input()
-        except ImportError:
-            pass
     printer = _ChatPrinter(out, interactive)
     console = _Console(out, printer)
+    with _AgentOutput(printer, record, show_stderr) as output:
+        return _run_chat(acp, settings, console, printer, output, cwd, auth_method, sign_in_timeout)
+
+
+class _AgentOutput:
+    """What the agent writes outside the protocol, shown in the chat, escaped: lines of its
+    stdout that are not JSON (a sign-in URL, a banner) through the wire tap, and its stderr
+    through the ``acp.transport.process`` logger (each line once, instead of the log record).
+    The engine's own "invalid message" warning for such a line is dropped: the line is shown."""
+
+    def __init__(self, printer: _ChatPrinter, record: str | None, show_stderr: bool) -> None:
+        from .wiretap import JsonlWireTap
+
+        self._printer = printer
+        self._record = JsonlWireTap(record) if record is not None else None
+        self._show_stderr = show_stderr and logging.getLogger().getEffectiveLevel() > logging.INFO  # -v logs it
+        self._stderr_handler = _StderrLines(printer)
+        self._stderr_logger = logging.getLogger("acp.transport.process")
+        self._saved = (self._stderr_logger.level, self._stderr_logger.propagate)
+
+    def __enter__(self) -> _AgentOutput:
+        logging.getLogger("acp.rpc").addFilter(_drop_non_json_warnings)
+        if self._show_stderr:
+            self._stderr_logger.addHandler(self._stderr_handler)
+            self._stderr_logger.setLevel(logging.INFO)
+            self._stderr_logger.propagate = False
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        logging.getLogger("acp.rpc").removeFilter(_drop_non_json_warnings)
+        if self._show_stderr:
+            self._stderr_logger.removeHandler(self._stderr_handler)
+            self._stderr_logger.setLevel(self._saved[0])
+            self._stderr_logger.propagate = self._saved[1]
+        if self._record is not None:
+            self._record.close()
+
+    def tap(self, direction: str, line: bytes) -> None:
+        """The client's wire tap: every line in and out (recorded with ``--record``)."""
+        if direction == "in" and not line.lstrip().startswith(b"{"):
+            text = line.decode("utf-8", "replace").rstrip("\r\n")
+            if text.strip():
+                self._printer.line("[agent stdout] " + safe(text))
+        if self._record is not None:
+            self._record(direction, line)
+
+
+class _StderrLines(logging.Handler):
+    """Each line the agent writes to stderr, as an ``[agent stderr]`` line of the chat."""
+
+    def __init__(self, printer: _ChatPrinter) -> None:
+        super().__init__(logging.INFO)
+        self._printer = printer
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if getattr(record, "acp_pid", None) is None:
+            # Our own record about the process (it did not exit, say): where it would have gone.
+            if record.levelno >= logging.WARNING:
+                for handler in logging.getLogger().handlers:
+                    if record.levelno >= handler.level:
+                        handler.handle(record)
+            return
+        text = record.getMessage().partition("] ")[2]  # "[<pid>] <line>"
+        if text.strip():
+            self._printer.line("[agent stderr] " + safe(text))
+
+
+def _drop_non_json_warnings(record: logging.LogRecord) -> bool:
+    # "<name>: invalid message: ... (byte 0)": the line was not JSON from its first byte, and
+    # the chat showed it as [agent stdout].
+    return not (record.levelno == logging.WARNING and "invalid message" in str(record.msg)
+                and record.getMessage().endswith("(byte 0)"))
+
+
+def _run_chat(
+    acp: Any, settings: AgentSettings, console: _Console, printer: _ChatPrinter, output: _AgentOutput,
+    cwd: str, auth_method: str | None, sign_in_timeout: float,
+) -> int:
+    out = console.out
     policy = acp.PermissionPolicy(ask=console.ask_permission)
     files = acp.LocalFiles([cwd])
     with acp.LocalTerminals(allowed_cwd_roots=[cwd]) as terminals:
@@ -344,9 +677,9 @@ def run_chat(
             .read_text_file_handler(files.read_text_file)
             .write_text_file_handler(files.write_text_file)
             .terminal_handlers(terminals)
+            .create_elicitation_handler(console.ask_elicitation, form=True, url=True)
+            .wire_tap(output.tap)
         )
-        if record is not None:
-            builder.wire_tap(record)
         try:
             client = builder.build()
         except FileNotFoundError as exc:
@@ -356,7 +689,9 @@ def run_chat(
             out.write(f"acp chat: {exc}\n")
             return 1
         with client:
-            chat = _Chat(client, console, printer, cwd)
+            chat = _Chat(client, console, printer, cwd, sign_in_timeout)
+            if console.interactive:
+                _enable_completion(chat)
             failed = "acp chat: the agent failed to start a session"
             try:
                 chat.init = client.initialize()
@@ -378,6 +713,27 @@ def run_chat(
             out.write("type a prompt, /help for commands, /quit to leave\n")
             out.flush()
             return _chat_loop(chat)
+
+
+def _enable_completion(chat: _Chat) -> None:
+    """Line editing and history for input(), and Tab completing commands and their arguments."""
+    try:
+        import readline
+    except ImportError:
+        return
+    matches: list[str] = []
+
+    def complete(text: str, state: int) -> str | None:
+        if state == 0:
+            line = readline.get_line_buffer()[: readline.get_endidx()]
+            # readline replaces the word being typed: hand back only what follows the last space
+            cut = line.rfind(" ") + 1
+            matches[:] = [m[cut:] for m in chat.complete(line)]
+        return matches[state] if state < len(matches) else None
+
+    readline.set_completer_delims(" ")
+    readline.set_completer(complete)
+    readline.parse_and_bind("tab: complete")
 
 
 def _is_auth_required(exc: BaseException) -> bool:
@@ -408,13 +764,26 @@ def _chat_loop(chat: _Chat) -> int:
                 out.write(f"new session {chat.session_id}\n")
         elif command == "/mode":
             chat.mode(argument)
+        elif command == "/config":
+            chat.config(argument)
+        elif command == "/model":
+            chat.model(argument)
+        elif command == "/sessions":
+            chat.sessions()
+        elif command in ("/load", "/resume"):
+            chat.open_session(command[1:], argument)
+        elif command == "/close":
+            chat.close_session()
         elif command == "/auth":
             if not argument:
                 chat.show_auth_methods()
             elif chat.authenticate(argument) and chat.session_id is None and chat.new_session() is None:
                 out.write(f"new session {chat.session_id}\n")
         elif chat.session_id is None:
-            chat.printer.line("no session: authenticate first (/auth lists the methods), then /new")
+            if not chat.known_sessions and chat.auth_methods():  # never had one: the sign-in is missing
+                chat.printer.line("no session: authenticate first (/auth lists the methods), then /new")
+            else:
+                chat.printer.line("no session: /new starts one (or /load ID, /resume ID)")
         else:
             status = _chat_turn(chat, line)
             if status is not None:
@@ -454,6 +823,11 @@ def _chat_turn(chat: _Chat, text: str) -> int | None:
                 request, reply = payload
                 printer.end()
                 console.answer(request, reply)
+                continue
+            if kind == "elicit":
+                request, reply = payload
+                printer.end()
+                console.elicit(request, reply)
                 continue
         except KeyboardInterrupt:
             if cancelled:

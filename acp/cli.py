@@ -10,9 +10,13 @@ Subcommands:
     (:class:`~acp.client.LocalTerminals`) and a form elicitation. No network, no dependencies.
 
 ``acp chat [--record FILE] [--cwd DIR] [--auth-method ID] [--url URL | -- AGENT COMMAND...]``
-    An interactive terminal client for any ACP agent (the bundled echo agent by default).
-    Ctrl-C during a turn sends ``session/cancel`` (a second one quits); ``/quit`` or end of
-    input exits; ``/help`` lists the other commands (``/auth``, ``/mode``, ``/new``).
+    An interactive terminal client for any ACP agent (the bundled echo agent by default; see
+    :mod:`acp.chat_cli`). Ctrl-C during a turn sends ``session/cancel`` (a second one quits);
+    ``/quit`` or end of input exits; ``/help`` lists the other commands (``/auth``, ``/mode``,
+    ``/config``, ``/model``, ``/sessions``, ``/load``, ``/resume``, ``/close``, ``/new``).
+
+``acp exec [options] [--url URL | -- AGENT COMMAND...]``
+    One non-interactive turn for scripts and CI (see :mod:`acp.exec_cli`).
 
 ``acp check [--cancel-prompt TEXT] [--auth-method ID] [--json FILE] [--timeout S] [--url URL | -- AGENT COMMAND...]``
     A conformance check of any agent (see :mod:`acp.conformance`); exits 0 when the agent
@@ -269,6 +273,15 @@ def _parser() -> argparse.ArgumentParser:
     chat.add_argument(
         "--auth-method", metavar="ID", help="authenticate with the agent's method ID before the first session"
     )
+    chat.add_argument(
+        "--sign-in-timeout", metavar="S", type=float, default=300.0,
+        help="how long to wait for an agent's sign-in (authenticate) to finish (default: %(default)g s; "
+        "Ctrl-C gives up sooner)",
+    )
+    chat.add_argument(
+        "--hide-stderr", action="store_true",
+        help="do not show what the agent writes to stderr (shown by default, escaped, as [agent stderr] lines)",
+    )
     check = sub.add_parser(
         "check",
         usage="acp check [options] [--url URL | -- AGENT COMMAND...]",
@@ -396,7 +409,10 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace, agent: list[
     if args.command == "chat":
         cwd = os.path.realpath(args.cwd or os.getcwd())
         chosen = settings or [sys.executable, "-m", "acp.examples.echo_agent"]
-        return run_chat(chosen, record=args.record, cwd=cwd, out=out, auth_method=args.auth_method)
+        return run_chat(
+            chosen, record=args.record, cwd=cwd, out=out, auth_method=args.auth_method,
+            sign_in_timeout=args.sign_in_timeout, show_stderr=not args.hide_stderr,
+        )
     if args.command == "check":
         if settings is None:
             parser.error(

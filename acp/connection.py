@@ -377,7 +377,8 @@ class Connection:
         timeout a ``$/cancel_request`` is sent, the late answer is dropped and
         :class:`RequestTimeoutError` is raised. An error answer raises :class:`RequestError`.
         ``cancel`` (anything with ``on_cancel(fn) -> unregister``) abandons the call when it
-        fires: ``$/cancel_request`` goes out and :class:`RequestCancelledError` is raised.
+        fires: ``$/cancel_request`` goes out and :class:`RequestCancelledError` is raised. An
+        exception raised in the waiting thread (KeyboardInterrupt) abandons it the same way.
         """
         if timeout is _USE_DEFAULT:
             timeout = self.request_timeout
@@ -396,6 +397,11 @@ class Connection:
                     assert pending.error is not None
                     raise pending.error
                 waiter.acquire()  # the answer is being delivered right now: take it
+        except BaseException:
+            # Interrupted while waiting (Ctrl-C in the main thread: KeyboardInterrupt): the call
+            # is abandoned the ACP way, as a cancel would ($/cancel_request, late answer dropped).
+            self._give_up(pending, None)
+            raise
         finally:
             if forget is not None:
                 forget()

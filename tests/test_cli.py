@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +13,7 @@ import pytest
 from acp import cli
 
 from .conftest import helper_argv
+from .helpers.pty_chat import PtyChat
 
 WAIT = 60.0
 ROOT = Path(__file__).resolve().parent.parent
@@ -141,52 +140,9 @@ def test_chat_reports_a_missing_agent(tmp_path: Path) -> None:
 SCENARIO = [sys.executable, "-m", "acp.examples.scenario_agent"]
 
 
-class PtyChat:
-    """``acp chat`` with a pty as its controlling terminal (Ctrl-C, prompt redraws): write keys,
-    wait for output with a timeout, and always reap the child."""
-
-    def __init__(self, cwd: Path) -> None:
-        import pty
-
-        self.pid, self.fd = pty.fork()
-        if self.pid == 0:  # the child: the chat
-            os.chdir(cwd)
-            os.execv(sys.executable, [sys.executable, "-m", "acp", "chat", "--", *SCENARIO])
-        self.seen = b""
-
-    def write(self, data: bytes) -> None:
-        os.write(self.fd, data)
-
-    def expect(self, text: bytes, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while text not in self.seen:
-            remaining = deadline - time.monotonic()
-            assert remaining > 0, f"{text!r} not seen in {self.seen!r}"
-            ready, _, _ = select.select([self.fd], [], [], remaining)
-            if ready:
-                try:
-                    chunk = os.read(self.fd, 4096)
-                except OSError:
-                    chunk = b""
-                assert chunk, f"the chat ended before {text!r}: {self.seen!r}"
-                self.seen += chunk
-
-    def exit_code(self) -> int:
-        _, status = os.waitpid(self.pid, 0)
-        return os.waitstatus_to_exitcode(status)
-
-    def close(self) -> None:
-        try:
-            os.kill(self.pid, 9)
-            os.waitpid(self.pid, 0)
-        except (ProcessLookupError, ChildProcessError):
-            pass
-        os.close(self.fd)
-
-
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs a pty")
 def test_chat_ctrl_c_cancels_the_turn_in_a_terminal(tmp_path: Path) -> None:
-    chat = PtyChat(tmp_path)
+    chat = PtyChat(tmp_path, ["--", *SCENARIO])
     try:
         chat.expect(b"> ")
         chat.write(b"wait_for_cancel\n")
@@ -331,7 +287,7 @@ def test_chat_shows_how_the_agent_died_and_its_last_stderr_lines(tmp_path: Path)
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs a pty")
 def test_chat_late_update_never_prints_over_the_prompt(tmp_path: Path) -> None:
-    chat = PtyChat(tmp_path)
+    chat = PtyChat(tmp_path, ["--", *SCENARIO])
     try:
         chat.expect(b"> ")
         chat.write(b"late after the turn\n")

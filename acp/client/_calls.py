@@ -416,10 +416,14 @@ class ClientCalls(UnstableMethods):
         return response
 
     @operation
-    def authenticate(self, method_id: str, *, meta: dict[str, Any] | None = None) -> Call[schema.AuthenticateResponse]:
-        """``authenticate`` with one of the agent's ``auth_methods``."""
+    def authenticate(
+        self, method_id: str, *, meta: dict[str, Any] | None = None, timeout: float | None = DEFAULT
+    ) -> Call[schema.AuthenticateResponse]:
+        """``authenticate`` with one of the agent's ``auth_methods``. An agent may wait for
+        the user to sign in (in a browser) before it answers: ``timeout`` (default: the
+        client's request timeout) gives up, sending ``$/cancel_request``."""
         request = schema.AuthenticateRequest(method_id=method_id, field_meta=meta)
-        return self._request("authenticate", request)
+        return self._request("authenticate", request, timeout=timeout)
 
     @operation
     def logout(self, *, meta: dict[str, Any] | None = None) -> Call[schema.LogoutResponse]:
