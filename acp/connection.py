@@ -559,8 +559,12 @@ class Connection:
                 return
 
     def _write_logged(self, data: bytes) -> None:
+        """Write bytes the scheduler produced (the caller holds ``_wlock``); a closed pipe is
+        logged and remembered (a request then fails)."""
+        if self._wire_tap is not None:
+            self._tap_lines(self._wire_tap, "out", data)
         try:
-            self._write_now(data)
+            self._transport.write(data)
         except ConnectionClosedError as exc:
             self._write_failed = exc
             _log.debug("%s: not sent: connection closed", self.name)
@@ -573,11 +577,6 @@ class Connection:
         """Answer ``call`` with an error now; False when it was answered already."""
         return self._emit(self._sched.answer_error, call, code, message, data) is not None
 
-    def _write_now(self, data: bytes) -> None:
-        """Write bytes the scheduler produced (the caller holds ``_wlock``)."""
-        if self._wire_tap is not None:
-            self._tap_lines(self._wire_tap, "out", data)
-        self._transport.write(data)
 
     def _flush(self) -> None:
         """Write every batched byte now."""
