@@ -88,6 +88,25 @@ def read_answer(path: str) -> str:
     return FILE_CONTENT if path == READ_PATH else big_text(int(path[len(BIG_PREFIX):-len(".txt")]))
 
 
+class LineBuffer:
+    """The asyncio peers' framing: the whole lines of each read. A long line arriving over many
+    reads is kept as pieces and joined once (``buffer + data`` on every read is quadratic)."""
+
+    def __init__(self) -> None:
+        self.buffer = b""
+        self.pieces: list[bytes] = []
+
+    def feed(self, data: bytes) -> list[bytes]:
+        if b"\n" not in data:
+            self.pieces.append(data)
+            return []
+        if self.pieces:
+            data = b"".join(self.pieces) + data
+            self.pieces.clear()
+        *lines, self.buffer = (self.buffer + data).split(b"\n")
+        return lines
+
+
 class ChunkCounter:
     """Counts streamed chunks (texts "0", "1", ...) and how many arrived out of order."""
 

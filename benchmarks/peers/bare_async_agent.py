@@ -14,7 +14,7 @@ import os
 from typing import Any
 
 import msgspec
-from _common import FILE_CONTENT, READ_PATH, agent_reply, big_path, big_text
+from _common import FILE_CONTENT, READ_PATH, LineBuffer, agent_reply, big_path, big_text
 
 encode = msgspec.json.encode
 decode = msgspec.json.decode
@@ -28,8 +28,7 @@ class Agent:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.done = loop.create_future()
-        self.buffer = b""
-        self.pieces: list[bytes] = []
+        self.lines = LineBuffer()
         self.sessions: dict[str, str] = {}
         self.next_id = 0
         self.waiters: dict[int, asyncio.Future[Any]] = {}
@@ -43,14 +42,7 @@ class Agent:
             self.loop.remove_reader(0)
             self.done.set_result(None)
             return
-        if b"\n" not in data:  # part of a long line: kept, joined once (linear, not quadratic)
-            self.pieces.append(data)
-            return
-        if self.pieces:
-            data = b"".join(self.pieces) + data
-            self.pieces.clear()
-        *lines, self.buffer = (self.buffer + data).split(b"\n")
-        for line in lines:
+        for line in self.lines.feed(data):
             self.on_message(decode(line))
 
     def on_message(self, msg: dict[str, Any]) -> None:

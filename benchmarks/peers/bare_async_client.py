@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from _common import CWD, ChunkCounter, parse_args, read_answer, run_async
+from _common import CWD, ChunkCounter, LineBuffer, parse_args, read_answer, run_async
 
 encode = msgspec.json.encode
 decode = msgspec.json.decode
@@ -34,8 +34,7 @@ class BareAsyncClient:
         self.ids = itertools.count(1)
         self.chunks = ChunkCounter()
         self.reads = 0
-        self.buffer = b""
-        self.pieces: list[bytes] = []
+        self.lines = LineBuffer()
         self.waiters: dict[int, asyncio.Future[Any]] = {}
         self.loop = asyncio.get_running_loop()
         os.set_blocking(self.input, False)
@@ -49,14 +48,7 @@ class BareAsyncClient:
         if not data:
             self.loop.remove_reader(self.input)
             return
-        if b"\n" not in data:  # part of a long line: kept, joined once (linear, not quadratic)
-            self.pieces.append(data)
-            return
-        if self.pieces:
-            data = b"".join(self.pieces) + data
-            self.pieces.clear()
-        *lines, self.buffer = (self.buffer + data).split(b"\n")
-        for line in lines:
+        for line in self.lines.feed(data):
             msg = decode(line)
             method = msg.get("method")
             if method is None:
