@@ -18,6 +18,7 @@ from typing import IO, TYPE_CHECKING, Any, Union
 
 from . import __version__, schema
 from ._text import safe
+from .rpc.messages import strip_terminal_escapes
 from .terminal_forms import answer_elicitation
 from .transport.process import describe_exit
 from .turn_printer import TurnPrinter
@@ -618,7 +619,7 @@ class _AgentOutput:
 
     def tap(self, direction: str, line: bytes) -> None:
         """The client's wire tap: every line in and out (recorded with ``--record``)."""
-        if direction == "in" and not line.lstrip().startswith(b"{"):
+        if direction == "in" and not strip_terminal_escapes(line.lstrip()).startswith(b"{"):  # a message
             text = line.decode("utf-8", "replace").rstrip("\r\n")
             if text.strip():
                 self._printer.line("[agent stdout] " + safe(text))

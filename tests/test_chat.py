@@ -62,6 +62,17 @@ def test_a_sign_in_that_takes_too_long_times_out(tmp_path: Path) -> None:
     assert done.returncode == 1 and "Traceback" not in done.stderr
 
 
+def test_a_sign_in_answered_behind_terminal_escapes_completes(tmp_path: Path) -> None:
+    # gemini-cli answers authenticate on the line where it leaves its alternate screen.
+    done = chat_piped("--", *SIGN_IN, stdin="/auth browser\nhello\n/quit\n", cwd=tmp_path,
+                      env={"SIGN_IN_STATE": str(tmp_path / "state"), "SIGN_IN_AUTO": "1"})
+    assert "authenticated with 'browser'" in done.stdout, done.stdout
+    assert "new session signed-1" in done.stdout and "agent> signed in and ready" in done.stdout
+    assert "[agent stdout] \\x1b[1mPlease visit" in done.stdout  # the URL line is still shown
+    assert "1049l" not in done.stdout  # the message behind the escape was read, not shown
+    assert done.returncode == 0
+
+
 def test_a_terminal_sign_in_runs_the_agents_command_in_the_terminal(tmp_path: Path) -> None:
     chat = PtyChat(tmp_path, ["--", *SIGN_IN], env={"SIGN_IN_STATE": str(tmp_path / "state")})
     try:

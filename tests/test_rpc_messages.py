@@ -196,3 +196,37 @@ def test_encode_then_decode_round_trip() -> None:
     assert isinstance(req, rpc.Request) and req.id == 9 and req.method == "session/prompt"
     err = rpc.decode_line(enc.error(9, -32800, "Request cancelled").rstrip(b"\n"))
     assert isinstance(err, rpc.ErrorResponse) and err.error.code == -32800
+
+
+@pytest.mark.parametrize(
+    "prefix", [b"\x1b[?1049l", b"\x1b[2J\x1b[H", b"\x1b[1G\x1b[0J", b"\x1b[<u\x1b[?7h", b"\x1b7"]
+)
+def test_a_message_behind_terminal_escapes_is_that_message(prefix: bytes) -> None:
+    # gemini-cli leaves its alternate screen and answers authenticate on one line.
+    line = prefix + b'{"jsonrpc":"2.0","id":3,"error":{"code":-32000,"message":"Failed"}}'
+    msg = rpc.decode_line(line)
+    assert isinstance(msg, rpc.ErrorResponse) and msg.id == 3 and msg.error.code == -32000
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"\x1b[1mPlease visit https://example.test\x1b[0m",  # text behind the escapes: not a message
+        b'Enter the code: \x1b[31G{"jsonrpc":"2.0","id":1,"result":{}}',  # text first: not guessed
+        b"\x1b",
+        b"\x1b[",
+        b"\x1b[?1049",  # no final byte
+        b'\x1b[?1049l{"jsonrpc":',  # a message cut short stays a parse error
+    ],
+)
+def test_escapes_in_front_of_anything_else_stay_a_parse_error(line: bytes) -> None:
+    msg = rpc.decode_line(line)
+    assert isinstance(msg, rpc.Invalid) and msg.code == PARSE_ERROR
+
+
+def test_strip_terminal_escapes_removes_only_the_leading_sequences() -> None:
+    from acp.rpc.messages import strip_terminal_escapes
+
+    assert strip_terminal_escapes(b"\x1b[?1049h\x1b[2J\x1b[HPlease \x1b[1mvisit") == b"Please \x1b[1mvisit"
+    assert strip_terminal_escapes(b"plain") == b"plain"
+    assert strip_terminal_escapes(b"\x1b[31") == b"\x1b[31"  # unfinished: kept

@@ -25,6 +25,7 @@ __all__ = [
     "Message",
     "ErrorObject",
     "decode_line",
+    "strip_terminal_escapes",
     "decode_payload",
     "payload_decoder",
     "Encoder",
@@ -168,13 +169,40 @@ def _classify(env: _Envelope) -> Message:
 _TOO_DEEP = "not valid JSON: nested too deeply"
 
 
+def strip_terminal_escapes(line: bytes) -> bytes:
+    """``line`` without the terminal escape sequences it starts with (``ESC [`` parameters and
+    a final byte, or ``ESC`` and one more byte): what an agent that also draws on a terminal leaves
+    before a message (gemini-cli writes ``\x1b[?1049l`` and its ``authenticate`` answer on one
+    line)."""
+    i, n = 0, len(line)
+    while i + 1 < n and line[i] == 0x1B:
+        if line[i + 1] == 0x5B:  # CSI: parameter and intermediate bytes, then a final byte
+            j = i + 2
+            while j < n and 0x20 <= line[j] <= 0x3F:
+                j += 1
+            if j >= n or not 0x40 <= line[j] <= 0x7E:
+                break
+            i = j + 1
+        elif 0x30 <= line[i + 1] <= 0x7E:  # ESC 7, ESC M, ESC c ...
+            i += 2
+        else:
+            break
+    return line[i:]
+
+
 def decode_line(line: bytes) -> Message | list[Message]:
-    """Decode one line. A JSON array (a batch) gives a list with one message per item."""
+    """Decode one line. A JSON array (a batch) gives a list with one message per item. A line
+    that is a message behind terminal escape sequences (:func:`strip_terminal_escapes`) is
+    that message: nothing after the escapes is dropped or guessed."""
     try:
         env = _envelope_decoder.decode(line)
     except msgspec.ValidationError:
         pass  # not an object: an array, a scalar, or wrong member types
     except msgspec.DecodeError as exc:
+        if line[:1] == b"\x1b":  # only then: a parse error costs nothing more
+            rest = strip_terminal_escapes(line)
+            if rest[:1] == b"{":
+                return decode_line(rest)
         return Invalid(None, PARSE_ERROR, f"not valid JSON: {exc}")
     except RecursionError:
         return Invalid(None, PARSE_ERROR, _TOO_DEEP)

@@ -5,8 +5,9 @@
 
 ``initialize`` advertises two methods: ``browser`` (the agent's own: on ``authenticate`` it
 prints a sign-in URL on stdout, outside JSON, as gemini-cli does, writes a line to stderr, then
-waits: it never answers by itself; a ``$/cancel_request`` for it is noted on stderr and answered
--32800) and ``cli-login`` (``type: terminal``, args ``--login``). ``session/new`` is refused
+waits: it never answers by itself, unless ``SIGN_IN_AUTO`` is set: then it signs in at once and
+answers behind ``\x1b[?1049l`` on the same line, as gemini-cli does; a ``$/cancel_request`` for it
+is noted on stderr and answered -32800) and ``cli-login`` (``type: terminal``, args ``--login``). ``session/new`` is refused
 with ``auth_required`` (-32000) until the file named by ``SIGN_IN_STATE`` exists, which
 ``--login`` creates. A prompt is answered with one chunk, "signed in and ready".
 """
@@ -28,10 +29,14 @@ def send(obj: dict) -> None:
     sys.stdout.flush()
 
 
-def login() -> None:
-    print(f"Signed in at the terminal (mode {os.environ.get('SIGN_IN_MODE')}).", flush=True)
+def login_state() -> None:
     with open(STATE, "w") as f:
         f.write("signed in\n")
+
+
+def login() -> None:
+    print(f"Signed in at the terminal (mode {os.environ.get('SIGN_IN_MODE')}).", flush=True)
+    login_state()
 
 
 def serve() -> None:
@@ -50,6 +55,11 @@ def serve() -> None:
             sys.stdout.flush()
             sys.stderr.write("waiting for the browser sign-in\n")
             sys.stderr.flush()
+            if os.environ.get("SIGN_IN_AUTO"):  # the user signed in: answered as gemini-cli does,
+                login_state()                    # behind the escape that leaves its screen
+                sys.stdout.write("\x1b[?1049l" + json.dumps({"jsonrpc": "2.0", "id": msg_id, "result": {}}) + "\n")
+                sys.stdout.flush()
+                waiting_auth = None
         elif method == "$/cancel_request" and msg.get("params", {}).get("requestId") == waiting_auth:
             sys.stderr.write("sign-in cancelled by the client\n")
             sys.stderr.flush()
