@@ -224,3 +224,37 @@ def test_a_call_after_the_agent_exited_says_so(no_thread_leak: None) -> None:
         assert "the agent process exited with code 7" in str(info.value)
     finally:
         client.close()
+
+
+def test_a_spawned_agents_client_builds_its_first_turn_decoders_while_the_agent_starts() -> None:
+    # In a fresh interpreter (this one has built them all): none exists before build(); once the
+    # connection's clock ran what build() queued, the first turn's decoders are there, before
+    # initialize was even answered. (With one CPU there is no idle one to build them on.)
+    import subprocess
+    import sys
+
+    from acp.polling import SEVERAL_CPUS
+
+    if not SEVERAL_CPUS:
+        pytest.skip("one CPU: the decoders are built when first used")
+
+    script = """
+import sys, threading
+import acp
+from acp import schema
+from acp.rpc import handlers
+assert schema.SessionNotification not in handlers._DECODERS
+client = (acp.SyncClient.builder().agent_process(sys.executable, "-c", "import time; time.sleep(30)")
+          .session_update_handler(lambda n: None).read_text_file_handler(lambda r, c: None).build())
+ran = threading.Event()
+client._conn.call_later(0.0, ran.set)  # after the warm-up queued before it
+assert ran.wait(30)
+built = {getattr(t, "__name__", str(t)) for t in handlers._DECODERS}
+client.close(timeout=0.1)
+print(sorted(built))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=WAIT * 2)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(sorted([
+        "InitializeResponse", "NewSessionResponse", "PromptResponse", "SessionNotification", "ReadTextFileRequest",
+    ]))

@@ -50,6 +50,13 @@ def decoder_for(tp: Any) -> Any:
     return decoder
 
 
+def warm_decoders(types: Any) -> None:
+    """Build the decoders of ``types`` now (:func:`decoder_for` builds each on first use),
+    from a moment when the process waits anyway."""
+    for tp in types:
+        decoder_for(tp)
+
+
 def result_decoder(tp: Any) -> Callable[[msgspec.Raw], Any]:
     """The decode function of a result type (built once per type)."""
     decode = _RESULT_DECODERS.get(tp)
