@@ -386,9 +386,11 @@ class Connection:
         waiter = threading.Lock()
         waiter.acquire()
         pending = self._send_request(method, params, result_type, waiter, None)
-        # Cancelling abandons the call: the waiter below wakes at once.
-        forget = cancel.on_cancel(lambda: self._give_up(pending, RequestCancelledError)) if cancel is not None else None
+        forget = None
         try:
+            # Cancelling abandons the call: the waiter below wakes at once.
+            if cancel is not None:
+                forget = cancel.on_cancel(lambda: self._give_up(pending, RequestCancelledError))
             # Poll first (see the module docstring), within the timeout; then sleep for the rest.
             spin = self.wait_spin if timeout is None or self.wait_spin < timeout else timeout
             spent = polling.spin_for(waiter, spin) if spin and polling.SEVERAL_CPUS else 0.0  # None: it has the answer
@@ -471,13 +473,20 @@ class Connection:
             mine = self._queue_out(data)
         finally:
             lock.release()
-        self._write_out(mine)
-        if self._write_failed is not None:  # closed: nothing stays pending
-            with lock:
-                sched.abandon(pending, sched.endpoint.closed_error())
-            raise self._write_failed  # what the transport said (a remote refusal keeps its type)
-        if serial and self._reader_held:
-            self._release_reader()  # a drainer waits for this answer: only the reader reads it
+        try:
+            self._write_out(mine)
+            if self._write_failed is not None:  # closed: nothing stays pending
+                with lock:
+                    sched.abandon(pending, sched.endpoint.closed_error())
+                raise self._write_failed  # what the transport said (a remote refusal keeps its type)
+            if serial and self._reader_held:
+                self._release_reader()  # a drainer waits for this answer: only the reader reads it
+        except BaseException:
+            # Interrupted once the call exists (Ctrl-C: a KeyboardInterrupt is raised wherever the
+            # main thread is when it next runs, often right after the write): abandoned the ACP
+            # way, as request() does for one that comes while waiting (a no-op if done already).
+            self._give_up(pending, None)
+            raise
         return pending
 
     def _give_up(self, pending: rpc.Pending, error: type[Exception] | None) -> None:
