@@ -770,8 +770,10 @@ class Connection:
         self._parked_since = now
         self._last_park = now
         self._parked = me
-        if self._house.idle:
-            self._house.poke()  # it watches the park
+        if not self._house.watching:
+            # Poked unless it looks at parks already: asleep, or waiting for something else
+            # (a flush, a deadline), it would not look at this one before that came.
+            self._house.poke()
         self._running.append(None)
         self._run_request(start)
         lock = self._park_lock

@@ -63,8 +63,10 @@ class Housekeeper:
         self._timers: list[tuple[float, int, TimerHandle]] = []
         self._seq = itertools.count()
         self._stopped = False
-        self.idle = True
-        """True while the thread waits without a timeout (or is not started): poke it to watch."""
+        self.watching = False
+        """True while the thread looks at the watched condition again and again: a condition
+        that starts needs no poke then. Set False before each look, so that one that starts
+        meanwhile is either seen by that look or poked."""
 
     def flush_within(self, delay: float) -> None:
         """Call ``flush`` within ``delay`` seconds (once, whatever else asks meanwhile)."""
@@ -109,6 +111,7 @@ class Housekeeper:
         cond = self._cond
         call_due = self._next_deadline()
         watch_at = self._watch(time.monotonic())
+        self.watching = watch_at is not None
         while True:
             expired: list[TimerHandle] = []
             notified = False
@@ -121,9 +124,7 @@ class Housekeeper:
                             wake = when
                     if wake is not None and wake <= now:
                         break
-                    self.idle = wake is None
                     notified = cond.wait(None if wake is None else wake - now)
-                    self.idle = False
                     if notified:
                         break  # something new (a deadline, a park to watch): look again
                 if self._stopped:
@@ -137,7 +138,9 @@ class Housekeeper:
             # The connection's state is looked at only when it may have changed: asked again
             # after a poke, or once its time came (a watch runs every ms while it lasts).
             if notified or (watch_at is not None and watch_at <= now):
+                self.watching = False  # first: see the docstring
                 watch_at = self._watch(now)
+                self.watching = watch_at is not None
             if notified:
                 call_due = self._next_deadline()
             if call_due is not None and call_due <= now:

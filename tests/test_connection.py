@@ -724,3 +724,36 @@ def test_many_handlers_that_call_back_while_others_stream(pair: tuple[Connection
         results = list(pool.map(lambda k: a.request("work", {"k": k}), range(200)))
     assert results == [{"v": 2 * k} for k in range(200)]
     assert sorted(seen) == list(range(200))
+
+
+def test_a_long_handler_on_the_reader_hands_reading_over_while_the_clock_waits_for_something_else(
+    raw: tuple[Connection, RawPeer],
+) -> None:
+    # The clock thread is in a long timed wait for a timer (not idle, not watching parks) when a
+    # request's handler starts on the reader and blocks. Reading must still move to another
+    # thread, so that the next request is read and answered while the first handler runs.
+    # (Before: only an idle clock was poked, and reading stayed parked until the timer came.)
+    conn, peer = raw
+    release, started = threading.Event(), threading.Event()
+
+    def block(params: Any, call: InboundCall) -> Any:
+        started.set()
+        release.wait(WAIT)
+        return {"released": release.is_set()}
+
+    conn.on_request("block", block)
+    conn.start()
+    conn.call_later(3600.0, lambda: None)  # the clock now waits an hour for this timer
+    peer.send({"jsonrpc": "2.0", "id": 1, "method": "block", "params": {}})
+    assert started.wait(WAIT)  # running (on the reader: it was alone in its read)
+    peer.send({"jsonrpc": "2.0", "id": 2, "method": "echo", "params": {"n": 2}})
+    answers: list[dict[str, Any]] = []
+    reader = threading.Thread(target=lambda: [answers.append(peer.recv()) for _ in range(2)], daemon=True)
+    reader.start()
+    deadline = time.monotonic() + WAIT
+    while not answers and time.monotonic() < deadline:
+        reader.join(0.05)
+    assert answers and answers[0] == {"jsonrpc": "2.0", "id": 2, "result": {"n": 2}}  # while 1 still runs
+    release.set()
+    reader.join(WAIT)
+    assert answers[1] == {"jsonrpc": "2.0", "id": 1, "result": {"released": True}}
