@@ -18,6 +18,7 @@ from typing import IO, TYPE_CHECKING, Any, Union
 
 from . import __version__, schema
 from ._text import safe
+from .auth_methods import auth_field, auth_method_lines, env_vars, is_auth_required
 from .rpc.messages import strip_terminal_escapes
 from .terminal_forms import answer_elicitation
 from .transport.process import describe_exit
@@ -237,7 +238,7 @@ class _Chat:
             return
         self.printer.line("the agent offers these authentication methods:")
         for method in methods:
-            for text in _auth_method_lines(method):
+            for text in auth_method_lines(method):
                 self.printer.line("  " + text)
         self.printer.line(
             "authenticate with /auth ID here, or start the chat with acp chat --auth-method ID ..."
@@ -252,16 +253,16 @@ class _Chat:
         the sign-in timeout, that Ctrl-C gives up (``$/cancel_request``)."""
         from .errors import RequestError
 
-        method = next((m for m in self.auth_methods() if _auth_field(m, "id") == method_id), None)
+        method = next((m for m in self.auth_methods() if auth_field(m, "id") == method_id), None)
         if method is None:
-            offered = ", ".join(str(_auth_field(m, "id")) for m in self.auth_methods()) or "none"
+            offered = ", ".join(str(auth_field(m, "id")) for m in self.auth_methods()) or "none"
             self.printer.line(f"error: the agent offers no authentication method {method_id!r} (offered: {offered})")
             return False
-        kind = _auth_field(method, "type")
+        kind = auth_field(method, "type")
         if kind == "terminal":
             return self._terminal_sign_in(method)
         if kind == "env_var":
-            missing = [v for v in _env_vars(method) if not v.get("optional") and not os.environ.get(str(v.get("name")))]
+            missing = [v for v in env_vars(method) if not v.get("optional") and not os.environ.get(str(v.get("name")))]
             if missing and self.client.process is not None:
                 names = ", ".join(str(v.get("name")) for v in missing)
                 self.printer.line(
@@ -298,8 +299,8 @@ class _Chat:
         if process is None:
             self.printer.line("error: a terminal sign-in runs the agent's own command: only for a local agent")
             return False
-        argv = [*process.argv, *(str(a) for a in _auth_field(method, "args") or ())]
-        env = {**os.environ, **{str(k): str(v) for k, v in (_auth_field(method, "env") or {}).items()}}
+        argv = [*process.argv, *(str(a) for a in auth_field(method, "args") or ())]
+        env = {**os.environ, **{str(k): str(v) for k, v in (auth_field(method, "env") or {}).items()}}
         self.printer.line(f"running {safe(' '.join(argv))} in this terminal to sign in...")
         self.out.flush()
         try:
@@ -487,7 +488,7 @@ class _Chat:
             return [c + " " for c in _COMMANDS if c.startswith(command)]
         words: list[str] = []
         if command == "/auth":
-            words = [str(_auth_field(m, "id")) for m in self.auth_methods()]
+            words = [str(auth_field(m, "id")) for m in self.auth_methods()]
         elif command == "/mode" and self.modes is not None:
             words = [m.id for m in self.modes.available_modes]
         elif command in ("/load", "/resume"):
@@ -523,41 +524,6 @@ def _select_values(option: Any) -> list[tuple[str, str]]:
         elif hasattr(item, "value"):
             found.append((item.value, item.name))
     return found
-
-
-def _auth_field(method: Any, name: str) -> Any:
-    if isinstance(method, dict):
-        return method.get(name) if name != "type" else method.get("type", "agent")
-    if name == "type":
-        return "terminal" if isinstance(method, schema.AuthMethodTerminal) else "agent"
-    return getattr(method, name, None)
-
-
-def _env_vars(method: Any) -> list[dict[str, Any]]:
-    found = method.get("vars") if isinstance(method, dict) else None
-    return [v for v in found if isinstance(v, dict)] if isinstance(found, list) else []
-
-
-def _auth_method_lines(method: Any) -> list[str]:
-    """How the chat shows one of the agent's ``authMethods``."""
-    kind = _auth_field(method, "type")
-    description = _auth_field(method, "description")
-    head = f"{_auth_field(method, 'id')}  {_auth_field(method, 'name')}"
-    if kind != "agent":
-        head += f" ({kind})"
-    lines = [head + (f": {description}" if description else "")]
-    if kind == "env_var":
-        for var in _env_vars(method):
-            notes = [str(var["label"])] if var.get("label") else []
-            notes += [n for n, on in (("secret", var.get("secret")), ("optional", var.get("optional"))) if on]
-            extra = f" ({', '.join(notes)})" if notes else ""
-            lines.append(f"    set {var.get('name')}{extra} in the agent's environment")
-        if isinstance(method, dict) and method.get("link"):
-            lines.append(f"    get one at {method['link']}")
-    elif kind == "terminal":
-        args = " ".join(str(a) for a in _auth_field(method, "args") or [])
-        lines.append(f"    run the agent's command{' with ' + args if args else ''} in a terminal to sign in")
-    return lines
 
 
 def run_chat(
@@ -703,7 +669,7 @@ def _run_chat(
                 chat.show_auth_methods()
                 return 1
             failure = chat.new_session(failed)
-            if failure is not None and not (_is_auth_required(failure) and chat.auth_methods()):
+            if failure is not None and not (is_auth_required(failure) and chat.auth_methods()):
                 return 1
             info = chat.init.agent_info
             name = f"{info.name} {info.version}" if info else settings.describe()
@@ -735,12 +701,6 @@ def _enable_completion(chat: _Chat) -> None:
     readline.set_completer_delims(" ")
     readline.set_completer(complete)
     readline.parse_and_bind("tab: complete")
-
-
-def _is_auth_required(exc: BaseException) -> bool:
-    from .errors import AUTH_REQUIRED, RequestError
-
-    return isinstance(exc, RequestError) and exc.code == AUTH_REQUIRED
 
 
 def _chat_loop(chat: _Chat) -> int:

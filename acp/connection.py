@@ -586,7 +586,6 @@ class Connection:
         """Answer ``call`` with an error now; False when it was answered already."""
         return self._emit(self._sched.answer_error, call, code, message, data) is not None
 
-
     def _flush(self) -> None:
         """Write every batched byte now."""
         self._emit(self._sched.data_to_send)

@@ -29,7 +29,8 @@ from typing import IO, TYPE_CHECKING, Any, Protocol, Union
 import msgspec
 
 from . import __version__, schema
-from .errors import AUTH_REQUIRED, REQUEST_CANCELLED, AcpError, ConnectionClosedError, RequestError
+from .auth_methods import auth_field, is_auth_required
+from .errors import REQUEST_CANCELLED, AcpError, ConnectionClosedError, RequestError
 
 if TYPE_CHECKING:
     from .client import SyncClient
@@ -543,7 +544,7 @@ class _Exec:
                                 {"stage": stage, "cancelledBy": why})
         if not isinstance(exc, Exception):
             raise exc
-        return self._fail(stage, exc, EXIT_AUTH_REQUIRED if _is_auth_required(exc) else EXIT_AGENT_FAILED)
+        return self._fail(stage, exc, EXIT_AUTH_REQUIRED if is_auth_required(exc) else EXIT_AGENT_FAILED)
 
     def _fail(self, stage: str, exc: BaseException, status: int) -> int:
         """Report a failure of ``stage`` (what exec was doing) with the agent's last stderr lines."""
@@ -607,16 +608,8 @@ def _describe(stage: str, exc: BaseException) -> str:
 
 
 def _method_text(method: Any) -> str:
-    if isinstance(method, dict):
-        ident, name, kind = method.get("id"), method.get("name"), method.get("type", "agent")
-    else:
-        ident, name = method.id, method.name
-        kind = "terminal" if isinstance(method, schema.AuthMethodTerminal) else "agent"
-    return f"{ident} ({name}{', ' + str(kind) if kind != 'agent' else ''})"
-
-
-def _is_auth_required(exc: BaseException) -> bool:
-    return isinstance(exc, RequestError) and exc.code == AUTH_REQUIRED
+    kind = auth_field(method, "type")
+    return f"{auth_field(method, 'id')} ({auth_field(method, 'name')}{', ' + str(kind) if kind != 'agent' else ''})"
 
 
 def _is_cancelled_error(exc: BaseException) -> bool:
