@@ -547,40 +547,56 @@ class Connection:
         sleeping on the lock, unless _WRITE_BACKLOG bytes wait already (then it waits: a peer
         that reads slowly slows its writers down). A closed pipe is logged (and remembered: a
         request then fails)."""
-        wlock, lock = self._wlock, self._lock
+        wlock = self._wlock
+        data = mine
         while True:
-            if mine is None and not wlock.acquire(self._out_size >= _WRITE_BACKLOG):
-                return  # the writer looks again after it releases the lock
+            if data is None:
+                if not wlock.acquire(self._out_size >= _WRITE_BACKLOG):
+                    return  # the writer looks again after it releases the lock
+                data = self._take_out()
             try:
-                if mine is not None:
-                    self._write_logged(mine)
-                    mine = None
-                while self._out:  # (read without the lock: the look after the release covers it)
-                    lock.acquire()
-                    out = self._out
-                    self._out = []
-                    self._out_size = 0
-                    lock.release()
-                    self._write_logged(out[0] if len(out) == 1 else b"".join(out))
+                while data:
+                    if self._wire_tap is not None:
+                        self._tap_lines(self._wire_tap, "out", data)
+                    try:
+                        self._transport.write(data)
+                    except ConnectionClosedError as exc:
+                        self._write_failed = exc
+                        _log.debug("%s: not sent: connection closed", self.name)
+                    # (read without the lock: the look after the release covers it)
+                    data = self._take_out() if self._out else None
             finally:
                 wlock.release()
             if not self._out:
                 return
+            data = None
 
-    def _write_logged(self, data: bytes) -> None:
-        """Write bytes the scheduler produced (the caller holds ``_wlock``); a closed pipe is
-        logged and remembered (a request then fails)."""
-        if self._wire_tap is not None:
-            self._tap_lines(self._wire_tap, "out", data)
-        try:
-            self._transport.write(data)
-        except ConnectionClosedError as exc:
-            self._write_failed = exc
-            _log.debug("%s: not sent: connection closed", self.name)
+    def _take_out(self) -> bytes:
+        """(The caller holds ``_wlock``.) Every queued byte, oldest first; the queue emptied."""
+        lock = self._lock
+        lock.acquire()
+        out = self._out
+        self._out = []
+        self._out_size = 0
+        lock.release()
+        return out[0] if len(out) == 1 else b"".join(out)
 
     def _answer(self, call: rpc.InboundRequest, result: Any) -> bool:
-        """Answer ``call`` now (InboundCall.answer); False when it was answered already."""
-        return self._emit(self._sched.answer, call, result) is not None
+        """Answer ``call`` now (InboundCall.answer, and every handler's result); False when it
+        was answered already."""
+        # _emit(self._sched.answer, call, result), spelled out: once per inbound request, and
+        # a call through *args costs about as much as the rest of this method.
+        lock = self._lock
+        lock.acquire()
+        try:
+            data = self._sched.answer(call, result)
+            mine = self._queue_out(data) if data else None
+        finally:
+            lock.release()
+        if not data:
+            return False
+        self._write_out(mine)
+        return True
 
     def _answer_error(self, call: rpc.InboundRequest, code: int, message: str | None, data: Any) -> bool:
         """Answer ``call`` with an error now; False when it was answered already."""
@@ -927,7 +943,7 @@ class Connection:
             except BaseException as exc:
                 self._emit(self._sched.request_failed, call, exc)
                 return
-            self._emit(self._sched.answer, call, result)
+            self._answer(call, result)
         finally:
             self._handler_done()
 

@@ -13,7 +13,9 @@ is performed; this module knows no runtime and no facade.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Generator
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, Union
+
+import msgspec
 
 if TYPE_CHECKING:  # asyncio itself is imported by run_awaiting only: a sync script never loads it
     import asyncio
@@ -29,7 +31,7 @@ DEFAULT: Any = object()
 Plan = Generator[Any, Any, R]
 
 
-class Send:
+class Send(msgspec.Struct):
     """Send the request ``method`` and resume the plan with its typed result.
 
     ``timeout``: seconds, None (wait forever) or :data:`DEFAULT`. The agent side's turn
@@ -38,41 +40,19 @@ class Send:
     cancelled refuses it before sending; False for clean-up). The client side's:
     ``keep_subclass`` (a remote refusal's ``ConnectionClosedError`` subclass is kept, with its
     HTTP status) and ``turn`` (the session a prompt counts as prompting while in flight).
-    A plain class with slots: one is made per call.
+    A Struct: one is made per call, and msgspec builds it in C (no Python ``__init__`` to run).
     """
 
-    # The fields every call sets are slots; the options keep their class defaults unless a
-    # call sets them (then in the instance's dict, made only then).
-    __slots__ = ("method", "params", "result_type", "timeout", "turn", "__dict__")
+    method: str
+    params: Any
+    result_type: Any
+    timeout: Union[float, None] = DEFAULT  # (DEFAULT: the connection's request timeout)
+    abandon: bool = True
+    refuse: bool = True
+    keep_subclass: bool = False
+    turn: Union[str, None] = None
 
-    abandon = True
-    refuse = True
-    keep_subclass = False
-
-    def __init__(
-        self,
-        method: str,
-        params: Any,
-        result_type: Any,
-        timeout: float | None = DEFAULT,
-        *,
-        abandon: bool = True,
-        refuse: bool = True,
-        keep_subclass: bool = False,
-    ) -> None:
-        self.method = method
-        self.params = params
-        self.result_type = result_type
-        self.timeout = timeout
-        self.turn: str | None = None
-        if not abandon:
-            self.abandon = False
-        if not refuse:
-            self.refuse = False
-        if keep_subclass:
-            self.keep_subclass = True
-
-    def __repr__(self) -> str:
+    def __repr__(self) -> str:  # no params: a payload is logged at DEBUG only
         return f"Send({self.method!r}, timeout={self.timeout!r}, abandon={self.abandon}, refuse={self.refuse})"
 
 

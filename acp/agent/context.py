@@ -629,7 +629,7 @@ class PromptContext(_PromptBase, AgentRequestContext):
     def read_file(self, path: str, line: int | None = None, limit: int | None = None) -> str:
         """The text of ``path`` (``fs/read_text_file``); raises on failure."""
         request = schema.ReadTextFileRequest(session_id=self.session_id, path=path, line=line, limit=limit)
-        return self.client.read_text_file(request).content
+        return self._client.read_text_file(request).content
 
     def try_read_file(self, path: str, line: int | None = None, limit: int | None = None) -> str | None:
         """Like :meth:`read_file`, but None when the client answers with an error. A missing

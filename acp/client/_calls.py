@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Union
 import msgspec
 
 from .. import schema
-from ..capabilities import NegotiatedCapabilities
+from ..capabilities import AGENT_METHOD_CAPABILITY, NegotiatedCapabilities
 from ..errors import AcpError, CapabilityError, ConnectionClosedError
 from ..polling import SEVERAL_CPUS
 from ..rpc.handlers import warm_decoders
@@ -72,6 +72,9 @@ class UnsupportedProtocolVersionError(AcpError):
 
 
 # ---------------------------------------------------------------------- helpers
+
+
+_STABLE_AGENT_METHODS = schema.STABLE_AGENT_METHODS
 
 
 def _agent_method(method: str) -> schema.MethodSpec:
@@ -320,12 +323,17 @@ class ClientCalls(UnstableMethods):
         """Check ``method`` with ``params`` and describe its sending: the ``Send`` itself (the
         common case: no generator to create and resume), or a plan when the connection is
         closed (the runtime explains why) or DEBUG logging wants the answer."""
-        spec = _agent_method(method)
+        spec = _STABLE_AGENT_METHODS.get(method) or _agent_method(method)
         if spec.unstable:
             self._check_unstable(method)
-        if self.is_closed:
-            return self._explain(method)
-        negotiated = self._refuse(method)
+        negotiated = self._negotiated
+        if negotiated is None or method in AGENT_METHOD_CAPABILITY:
+            # Refused, or gated by a capability: a closed connection is the first reason given.
+            if self.is_closed:
+                return self._explain(method)
+            negotiated = self._refuse(method)
+        # Else a closed connection refuses the sending itself, and the runtime explains it
+        # as it explains an Explain (no look at the closed state on every call).
         self._check_params(negotiated, method, params)
         if timeout is DEFAULT:
             timeout = self._config.request_timeout

@@ -189,9 +189,8 @@ class SyncClient(BlockingCalls, ClientCalls):
         kind = type(effect)
         if kind is Send or kind is Notify:  # first: nearly every effect
             try:
-                if kind is Notify:
+                if type(effect) is not Send:
                     return self._conn.notify(effect.method, effect.params)  # type: ignore[union-attr]
-                assert isinstance(effect, Send)
                 turn = effect.turn
                 if turn is None:
                     return self._conn.request(effect.method, effect.params, effect.result_type, timeout=effect.timeout)

@@ -71,7 +71,7 @@ _INVALID_MESSAGES = {PARSE_ERROR: "Parse error", INVALID_REQUEST: "Invalid reque
 ResponseLike = Union[Response, ErrorResponse]
 
 
-class Pending:
+class Pending(msgspec.Struct, eq=False):
     """An outbound request waiting for its answer.
 
     ``waiter`` belongs to the runtime (a pre-acquired lock, a Future, an asyncio Future): the
@@ -81,22 +81,23 @@ class Pending:
     ordered with that session's messages). ``raw``/``error`` hold the outcome once the core
     took the call (an answer, a failure); ``timeout`` is the duration the scheduler tracks a
     deadline for (None: the runtime times the call itself, or it has none); ``answered``: its
-    answer arrived and waits in the queue for its turn.
+    answer arrived and waits in the queue for its turn. A Struct compared by identity (one is
+    made per call, in C).
     """
 
-    __slots__ = ("id", "method", "result_type", "waiter", "serial", "session", "raw", "error", "timeout", "answered")
+    id: int
+    method: str
+    result_type: Any
+    waiter: Any
+    serial: bool
+    session: Union[str, None] = None
+    raw: Union[msgspec.Raw, None] = None
+    error: Union[BaseException, None] = None
+    timeout: Union[float, None] = None
+    answered: bool = False
 
-    def __init__(self, msg_id: int, method: str, result_type: Any, waiter: Any, serial: bool) -> None:
-        self.id = msg_id
-        self.method = method
-        self.result_type = result_type
-        self.waiter = waiter
-        self.serial = serial
-        self.session: str | None = None
-        self.raw: msgspec.Raw | None = None
-        self.error: BaseException | None = None
-        self.timeout: float | None = None
-        self.answered = False
+    def __repr__(self) -> str:  # not the waiter's nor the answer's
+        return f"<Pending {self.id} {self.method}>"
 
 
 class InboundRequest:

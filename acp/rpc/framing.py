@@ -45,8 +45,14 @@ class LineFramer:
 
     def feed(self, data: bytes) -> list[bytes | LineTooLong]:
         """Add bytes; return the lines they complete (and LineTooLong markers)."""
-        out: list[bytes | LineTooLong] = []
         newline = data.find(b"\n")
+        if newline == len(data) - 1 and not self._parts and not self._skipping:
+            # Exactly one whole line, nothing held: a read of one request or answer (most reads
+            # of a round trip) needs no split. Anything unusual takes the general path below.
+            line = data[:newline]
+            if newline <= self.max_line_bytes and line[-1:] != b"\r" and line and not line.isspace():
+                return [line]
+        out: list[bytes | LineTooLong] = []
         if newline < 0:
             self._hold(data)
             return out

@@ -61,6 +61,8 @@ import logging
 from collections import deque
 from typing import Any, Literal
 
+import msgspec
+
 from ..errors import (
     REQUEST_CANCELLED,
     ConnectionClosedError,
@@ -143,7 +145,7 @@ class _Lane(deque[Any]):
         self.out = 0
 
 
-class Routed:
+class Routed(msgspec.Struct):
     """The rare outcomes of one :meth:`Scheduler.route` call (``Scheduler.routed``; None when
     there were none), for the runtime to act on outside any lock, before the ``now`` items.
 
@@ -156,14 +158,11 @@ class Routed:
     :class:`~acp.rpc.Decoded` notification registered ``immediate`` (call its handler).
     """
 
-    __slots__ = ("flush", "cancelled", "hook", "resume", "placed")
-
-    def __init__(self) -> None:
-        self.flush = False
-        self.cancelled: list[InboundRequest] = []
-        self.hook: Any = None
-        self.resume = 0
-        self.placed = False
+    flush: bool = False
+    cancelled: list[InboundRequest] = []  # (msgspec gives each instance its own list)
+    hook: Any = None
+    resume: int = 0
+    placed: bool = False
 
 
 class Scheduler:
@@ -313,9 +312,7 @@ class Scheduler:
         self.routed = None
         now: list[Any] | None = None
         ep = self.endpoint
-        pending_get = ep.pending.get
         by_session = self.by_session
-        admit = self._admit
         n = len(msgs)
         while i < n:
             msg = msgs[i]
@@ -323,13 +320,13 @@ class Scheduler:
             cls = type(msg)
             if cls is Response or cls is ErrorResponse:
                 msg_id = msg.id
-                pending = pending_get(msg_id) if type(msg_id) is int else None
+                pending = ep.pending.get(msg_id) if type(msg_id) is int else None
                 if pending is None:
                     _log.debug("%s: dropped an answer to unknown or abandoned request %r", self.name, msg_id)
                 elif (
                     # _admit's answer for one order with nothing queued, inlined: most answers
                     (not by_session and not self.gate and not self.gate_busy)
-                    or admit(_NOW if pending.serial else pending.session if by_session else None, msg, True)
+                    or self._admit(_NOW if pending.serial else pending.session if by_session else None, msg, True)
                 ):
                     if cls is Response and not pending.serial and pending.timeout is None:
                         del ep.pending[msg_id]  # _complete's common case, inlined
@@ -346,16 +343,17 @@ class Scheduler:
                 if by_session:
                     handler, method = msg.handler, msg.method
                     for params in msg:
-                        admit(session_of_params(params), Decoded(handler, params, method), False)
+                        self._admit(session_of_params(params), Decoded(handler, params, method), False)
                 else:
-                    admit(None, msg, False, len(msg))
+                    self._admit(None, msg, False, len(msg))
             elif cls is Decoded:
                 if msg.handler.immediate:
-                    routed = self._routed()
-                    routed.hook = msg
-                    routed.resume = i
+                    if self.routed is None:  # (_routed, inlined: a Struct built in C)
+                        self.routed = Routed(hook=msg, resume=i)
+                    else:
+                        self.routed.hook, self.routed.resume = msg, i
                     return now
-                admit(session_of_params(msg.params) if by_session and not msg.fallback else None, msg, False)
+                self._admit(session_of_params(msg.params) if by_session and not msg.fallback else None, msg, False)
             elif cls is Request:
                 start = ep.receive_request(msg)
                 if isinstance(start, bytes):  # refused
@@ -371,14 +369,17 @@ class Scheduler:
                         except RequestError as exc:
                             self._decided(self._hook_failed(start, exc))
                         continue
-                    routed = self._routed()
-                    routed.hook = (start[0], handler, start[2], params)
-                    routed.resume = i
                     # Nothing ahead: it is placed now, to start once its hook ran (nothing is
                     # routed meanwhile, so nothing can get ahead of it). Else arrived() places it.
-                    routed.placed = self._free(session_id_of(start[2]) if by_session else None)
+                    placed = self._free(session_id_of(start[2]) if by_session else None)
+                    hook = (start[0], handler, start[2], params)
+                    if self.routed is None:  # (_routed, inlined: once per prompt on an agent)
+                        self.routed = Routed(hook=hook, resume=i, placed=placed)
+                    else:
+                        routed = self.routed
+                        routed.hook, routed.resume, routed.placed = hook, i, placed
                     return now
-                if (not by_session and not self.gate and not self.gate_busy) or admit(
+                if (not by_session and not self.gate and not self.gate_busy) or self._admit(
                     session_id_of(start[2]) if by_session else None, start, True
                 ):  # (_admit's answer for one order with nothing queued, inlined)
                     if now is None:

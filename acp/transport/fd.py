@@ -156,7 +156,16 @@ class FdTransport:
         finally:
             lock.release()
         try:
-            self._write_all(fd, data if type(data) is bytes else memoryview(data).cast("B"))
+            sent = 0
+            if type(data) is bytes and self._write_mode != _WRITE_BLOCKING:
+                # Most messages go out in one os.write: no _write_all frame for them.
+                try:
+                    sent = os.write(fd, data)
+                except BlockingIOError:
+                    pass
+                if sent == len(data):
+                    return
+            self._write_all(fd, data if type(data) is bytes else memoryview(data).cast("B"), sent)
         except OSError as exc:
             if exc.errno in _PEER_GONE:
                 raise ConnectionClosedError(f"{self._description}: peer closed the stream") from exc
@@ -263,15 +272,14 @@ class FdTransport:
             except ConnectionResetError:
                 return b""
 
-    def _write_all(self, fd: int, view: bytes | memoryview) -> None:
+    def _write_all(self, fd: int, view: bytes | memoryview, offset: int = 0) -> None:
         # bytes go straight to os.write (no memoryview per write); a partial write slices.
-
+        # ``offset``: bytes already written.
         total = len(view)
-        if total > _SLICE_FREE and type(view) is bytes:
+        if total - offset > _SLICE_FREE and type(view) is bytes:
             # A big message goes out in many partial writes: slicing bytes would copy what is
             # left of it each time (quadratic: 50 MiB took 12 s); a memoryview's slices do not.
             view = memoryview(view)
-        offset = 0
         mode = self._write_mode
         while offset < total:
             if mode == _WRITE_BLOCKING:
