@@ -392,9 +392,16 @@ class Connection:
             if cancel is not None:
                 forget = cancel.on_cancel(lambda: self._give_up(pending, RequestCancelledError))
             # Poll first (see the module docstring), within the timeout; then sleep for the rest.
-            spin = self.wait_spin if timeout is None or self.wait_spin < timeout else timeout
-            spent = polling.spin_for(waiter, spin) if spin and polling.SEVERAL_CPUS else 0.0  # None: it has the answer
-            if spent is not None and not waiter.acquire(timeout=-1 if timeout is None else max(0.0, timeout - spent)):
+            spin = self.wait_spin
+            if spin and polling.SEVERAL_CPUS:
+                spent = polling.spin_for(waiter, spin if timeout is None or spin < timeout else timeout)
+            else:
+                spent = 0.0
+            if spent is None:
+                pass  # the poll took the answer
+            elif timeout is None:
+                waiter.acquire()  # (no arguments: the cheapest acquire)
+            elif not waiter.acquire(True, max(0.0, timeout - spent)):
                 if self._emit(self._sched.abandon, pending, self._sched.timeout_error(pending, timeout)) is not None:
                     assert pending.error is not None
                     raise pending.error
