@@ -93,7 +93,8 @@ async def run_awaiting(
     """Drive ``plan`` to its end, awaiting each effect. A cancellation of the awaiting task is
     thrown into the plan as it is, or, with ``cancelled_as``, as ``cancelled_as(effect)`` (so
     that the plan's clean-up is the threaded runtime's) and re-raised once the plan is done."""
-    from asyncio import CancelledError  # loaded already: an event loop runs this
+    # (asyncio.exceptions is a module, not the package: no _handle_fromlist per call)
+    from asyncio.exceptions import CancelledError  # loaded already: an event loop runs this
 
     send = plan.send
     cancelled: CancelledError | None = None
