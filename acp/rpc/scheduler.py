@@ -348,10 +348,9 @@ class Scheduler:
                     self._admit(None, msg, False, len(msg))
             elif cls is Decoded:
                 if msg.handler.immediate:
-                    if self.routed is None:  # (_routed, inlined: a Struct built in C)
-                        self.routed = Routed(hook=msg, resume=i)
-                    else:
-                        self.routed.hook, self.routed.resume = msg, i
+                    routed = self._routed()
+                    routed.hook = msg
+                    routed.resume = i
                     return now
                 self._admit(session_of_params(msg.params) if by_session and not msg.fallback else None, msg, False)
             elif cls is Request:
