@@ -28,9 +28,11 @@ What threads add to the scheduler's rules, all about waking threads less often:
 * Leader/follower: the reader runs the last request it may start itself ("parked"), and hands
   reading to a pool thread only if that handler makes a request of its own or runs longer than
   1 ms (the housekeeper watches). A quick handler costs no thread wake-up at all.
-* A blocking :meth:`Connection.request` polls for its answer for up to ``wait_spin`` seconds
+* A blocking :meth:`Connection.request` may poll for its answer for up to ``wait_spin`` seconds
   (100 µs by default), yielding the CPU, before it sleeps: an answer that comes within that
-  time costs no wake-up on the way back. One thread per process polls; none on one CPU.
+  time costs no wake-up on the way back. Whether it polls is measured, not assumed
+  (:mod:`acp.polling`: where wake-ups are cheap a poll only slows the threads that produce the
+  answer). One thread per process polls; none on one CPU.
 """
 
 from __future__ import annotations
@@ -391,17 +393,8 @@ class Connection:
             # Cancelling abandons the call: the waiter below wakes at once.
             if cancel is not None:
                 forget = cancel.on_cancel(lambda: self._give_up(pending, RequestCancelledError))
-            # Poll first (see the module docstring), within the timeout; then sleep for the rest.
-            spin = self.wait_spin
-            if spin and polling.SEVERAL_CPUS:
-                spent = polling.spin_for(waiter, spin if timeout is None or spin < timeout else timeout)
-            else:
-                spent = 0.0
-            if spent is None:
-                pass  # the poll took the answer
-            elif timeout is None:
-                waiter.acquire()  # (no arguments: the cheapest acquire)
-            elif not waiter.acquire(True, max(0.0, timeout - spent)):
+            # Maybe poll first (acp.polling decides), within the timeout; then sleep for the rest.
+            if not polling.wait(waiter, self.wait_spin, timeout):
                 if self._emit(self._sched.abandon, pending, self._sched.timeout_error(pending, timeout)) is not None:
                     assert pending.error is not None
                     raise pending.error
