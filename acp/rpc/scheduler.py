@@ -341,9 +341,9 @@ class Scheduler:
                     pending.answered = True  # a graceful close still delivers it
             elif cls is Updates:
                 if by_session:
-                    handler, method = msg.handler, msg.method
-                    for params in msg:
-                        self._admit(session_of_params(params), Decoded(handler, params, method), False)
+                    handler, method, admit = msg.handler, msg.method, self._admit
+                    for params in msg:  # (one bound method for the whole read of updates)
+                        admit(session_of_params(params), Decoded(handler, params, method), False)
                 else:
                     self._admit(None, msg, False, len(msg))
             elif cls is Decoded:
@@ -370,13 +370,10 @@ class Scheduler:
                         continue
                     # Nothing ahead: it is placed now, to start once its hook ran (nothing is
                     # routed meanwhile, so nothing can get ahead of it). Else arrived() places it.
-                    placed = self._free(session_id_of(start[2]) if by_session else None)
-                    hook = (start[0], handler, start[2], params)
-                    if self.routed is None:  # (_routed, inlined: once per prompt on an agent)
-                        self.routed = Routed(hook=hook, resume=i, placed=placed)
-                    else:
-                        routed = self.routed
-                        routed.hook, routed.resume, routed.placed = hook, i, placed
+                    routed = self._routed()
+                    routed.hook = (start[0], handler, start[2], params)
+                    routed.resume = i
+                    routed.placed = self._free(session_id_of(start[2]) if by_session else None)
                     return now
                 if (not by_session and not self.gate and not self.gate_busy) or self._admit(
                     session_id_of(start[2]) if by_session else None, start, True
