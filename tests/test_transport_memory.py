@@ -244,6 +244,44 @@ def test_no_fd_is_leaked_even_when_a_reader_closes_it(poll_entered: threading.Ev
     assert open_fds() == before
 
 
+def test_close_leaves_an_fd_in_use_to_the_thread_inside(monkeypatch: pytest.MonkeyPatch) -> None:
+    # close() may not close an fd a reader is inside poll() on (its number could be reused by
+    # an unrelated open): the reader closes it on its way out.
+    inside = threading.Event()
+    leave = threading.Event()
+    real_poll = select.poll
+
+    class HeldPoll:
+        def __init__(self) -> None:
+            self._poll = real_poll()
+
+        def register(self, fd: int, events: int) -> None:
+            self._poll.register(fd, events)
+
+        def poll(self) -> list[tuple[int, int]]:
+            inside.set()
+            assert leave.wait(JOIN)
+            return self._poll.poll()
+
+    shim = types.SimpleNamespace(poll=HeldPoll, POLLIN=select.POLLIN, POLLOUT=select.POLLOUT, PIPE_BUF=select.PIPE_BUF)
+    monkeypatch.setattr(fd_module, "select", shim)
+    r, w = os.pipe()
+    os.set_blocking(r, False)
+    t = FdTransport(r, w, description="held")
+    reader, out = run_thread(t.read)
+    assert inside.wait(JOIN)
+    t.close()
+    os.fstat(r)  # still open: the reader is inside
+    with pytest.raises(OSError):
+        os.fstat(w)  # nobody was writing: closed at once
+    leave.set()
+    joined(reader)
+    assert out == {"result": b""}
+    with pytest.raises(OSError):
+        os.fstat(r)  # closed by the reader on its way out
+    assert t.read() == b""
+
+
 def test_close_fds_false_leaves_the_fds_open() -> None:
     r, w = os.pipe()
     try:

@@ -18,9 +18,11 @@ Fd ownership
 ------------
 An fd is never closed while another thread may still be inside ``os.read``/``os.write``/``poll``
 on it (the number could be reused by an unrelated ``open`` and the blocked call would then act
-on the wrong file). Each call registers itself under a lock; ``close()`` closes the fds that
-nobody is using and leaves the others to the last thread that leaves them, which closes them on
-its way out (promptly, since ``close()`` woke it). The wake-up pipe is closed the same way.
+on the wrong file). A thread inside :meth:`FdTransport.read` holds the read side's lock, one
+inside :meth:`FdTransport.write` the write side's (one reader and one writer at a time: never
+contended, one acquire and release per call). ``close()`` closes an fd only when it can take
+its side's lock; otherwise the thread inside closes it on its way out (promptly, since
+``close()`` woke it). The wake-up pipe goes once both fds are gone.
 """
 
 from __future__ import annotations
@@ -90,16 +92,20 @@ class FdTransport:
         self._write_fd = write_fd
         self._read_nonblocking = read_fd is not None and not os.get_blocking(read_fd)
         self._write_mode = _write_mode(write_fd) if write_fd is not None else _WRITE_NONBLOCKING
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # closing: the flags below and releasing fds
+        self._reading = threading.Lock()  # held by the thread inside read()
+        self._writing = threading.Lock()  # held by the thread inside write()
         self._closed = False
         self._write_closed = write_fd is None
         self._eof = read_fd is None
-        self._readers = 0  # threads inside read()
-        self._writers = 0  # threads inside write()
         self._wake_r, self._wake_w = os.pipe()
-        self._read_poller: select.poll | None = None
-        self._last_read_short = False
         os.set_blocking(self._wake_w, False)
+        # The reader's poll object, built once (one reader at a time), not per read.
+        self._read_poller = select.poll()
+        if read_fd is not None:
+            self._read_poller.register(read_fd, select.POLLIN)
+            self._read_poller.register(self._wake_r, select.POLLIN)
+        self._poll_first = not self._read_nonblocking
 
     # -- Transport ---------------------------------------------------------------------------
 
@@ -117,45 +123,51 @@ class FdTransport:
         """Block until bytes arrive; return up to 64 KiB, or ``b""`` at EOF / after close."""
         # acquire/release rather than ``with`` (here and in write): about half the cost, ~50 ns
         # each time, twice per message.
-        lock = self._lock
-        lock.acquire()
+        reading = self._reading
+        reading.acquire()
         try:
-            if self._closed or self._eof:
+            fd = self._read_fd  # (None once close() released it: nobody was inside)
+            if self._closed or self._eof or fd is None:
                 return b""
-            fd = self._read_fd
-            assert fd is not None
-            self._readers += 1
+            # After a short read the pipe was most likely drained: poll first instead of paying
+            # for an os.read that fails with EAGAIN (each syscall also releases and retakes the
+            # GIL). A blocking fd is always polled first, to stay wakeable by close().
+            poll_first = self._poll_first
+            while True:
+                if poll_first:
+                    # Wait for data or the wake-up pipe (a loop, not any() over a generator
+                    # expression: a generator made and resumed per read).
+                    wake = self._wake_r
+                    for ready_fd, _ in self._read_poller.poll():
+                        if ready_fd == wake:
+                            return b""
+                try:
+                    data = os.read(fd, READ_CHUNK)
+                    break
+                except BlockingIOError:  # our own non-blocking pipe is empty: wait for data
+                    poll_first = True
+                except ConnectionResetError:
+                    data = b""
+                    break
+            self._poll_first = len(data) < READ_CHUNK or not self._read_nonblocking
+            if not data and not self._closed:
+                # Sticky: a tty may deliver data again after ^D, but the protocol stream has ended.
+                self._eof = True
+                _log.debug("%s: end of input", self._description)
+            return data
         finally:
-            lock.release()
-        try:
-            data = self._read_fd_loop(fd)
-        finally:
-            lock.acquire()
-            try:
-                self._readers -= 1
-                if self._closed:  # only then may an fd need closing by the last one out
-                    self._release_locked()
-            finally:
-                lock.release()
-        if not data and not self._closed:
-            # Sticky: a tty may deliver data again after ^D, but the protocol stream has ended.
-            self._eof = True
-            _log.debug("%s: end of input", self._description)
-        return data
+            reading.release()
+            if self._closed:  # close() may have left the fds to the last one out
+                self._release()
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         """Write all of ``data``; ``ConnectionClosedError`` if the peer is gone or we closed."""
-        lock = self._lock
-        lock.acquire()
+        writing = self._writing
+        writing.acquire()
         try:
-            if self._write_closed or self._closed:
-                raise ConnectionClosedError(f"{self._description}: transport is closed")
             fd = self._write_fd
-            assert fd is not None
-            self._writers += 1
-        finally:
-            lock.release()
-        try:
+            if self._write_closed or fd is None:
+                raise ConnectionClosedError(f"{self._description}: transport is closed")
             sent = 0
             if type(data) is bytes and self._write_mode != _WRITE_BLOCKING:
                 # Most messages go out in one os.write: no _write_all frame for them.
@@ -171,13 +183,9 @@ class FdTransport:
                 raise ConnectionClosedError(f"{self._description}: peer closed the stream") from exc
             raise
         finally:
-            lock.acquire()
-            try:
-                self._writers -= 1
-                if self._write_closed:
-                    self._release_locked()
-            finally:
-                lock.release()
+            writing.release()
+            if self._write_closed:  # close() or close_write() may have left the fd to us
+                self._release()
 
     def close_write(self) -> None:
         """Half-close: the peer reads EOF once any write in progress has finished."""
@@ -221,20 +229,38 @@ class FdTransport:
     def _on_close_locked(self) -> None:
         """Hook for subclasses: runs inside close() under the lock, before fds are released."""
 
+    def _release(self) -> None:
+        with self._lock:
+            self._release_locked()
+
     def _release_locked(self) -> None:
-        # Close every fd that is finished with and that no thread is inside (see module doc).
-        if self._closed and self._readers == 0 and self._read_fd is not None:
-            fd, self._read_fd = self._read_fd, None
-            if self._close_fds:
-                os.close(fd)
-        if self._write_closed and self._writers == 0 and self._write_fd is not None:
-            fd, self._write_fd = self._write_fd, None
-            if self._close_fds:
-                os.close(fd)
-        if self._closed and self._readers == 0 and self._writers == 0 and self._wake_r >= 0:
+        # Release every fd that is finished with and that no thread is inside (see module doc):
+        # a side's lock that cannot be taken means a thread is inside, and it calls this again
+        # on its way out.
+        if self._closed and self._read_fd is not None and self._reading.acquire(False):
+            try:
+                fd, self._read_fd = self._read_fd, None
+                self._fd_released(fd)
+            finally:
+                self._reading.release()
+        if self._write_closed and self._write_fd is not None and self._writing.acquire(False):
+            try:
+                fd, self._write_fd = self._write_fd, None
+                self._fd_released(fd)
+            finally:
+                self._writing.release()
+        # Polled beside either fd: closed once both are released (a call that starts later
+        # finds its fd gone and never polls).
+        if self._closed and self._read_fd is None and self._write_fd is None and self._wake_r >= 0:
             os.close(self._wake_r)
             os.close(self._wake_w)
             self._wake_r = self._wake_w = -1
+
+    def _fd_released(self, fd: int) -> None:
+        """(Under the lock.) No thread is or will be inside a call on ``fd``: close it if owned.
+        Subclasses may hand it back first (stdio restores its blocking flag)."""
+        if self._close_fds:
+            os.close(fd)
 
     def _wait(self, fd: int, events: int) -> bool:
         """Block until ``fd`` is ready (True) or the transport is closed (False)."""
@@ -243,34 +269,6 @@ class FdTransport:
         poller.register(self._wake_r, select.POLLIN)
         ready = poller.poll()
         return not any(ready_fd == self._wake_r for ready_fd, _ in ready)
-
-    def _read_fd_loop(self, fd: int) -> bytes:
-        # After a short read the pipe was most likely drained: poll first instead of paying for
-        # an os.read that fails with EAGAIN (each syscall also releases and retakes the GIL).
-        poll_first = not self._read_nonblocking or self._last_read_short
-        while True:
-            if poll_first:
-                # Wait for data or the wake-up pipe, written here (not a method: once per read).
-                # The reader's poll object is built once (one reader at a time), not per read.
-                poller = self._read_poller
-                if poller is None:
-                    poller = self._read_poller = select.poll()
-                    poller.register(fd, select.POLLIN)
-                    poller.register(self._wake_r, select.POLLIN)
-                wake = self._wake_r
-                # A loop, not any() over a generator expression: a generator made and resumed per read.
-                for ready_fd, _ in poller.poll():
-                    if ready_fd == wake:
-                        return b""
-            try:
-                data = os.read(fd, READ_CHUNK)
-                self._last_read_short = len(data) < READ_CHUNK
-                return data
-            except BlockingIOError:
-                # Our own non-blocking pipe is empty (or a spurious wake-up): wait for data.
-                poll_first = True
-            except ConnectionResetError:
-                return b""
 
     def _write_all(self, fd: int, view: bytes | memoryview, offset: int = 0) -> None:
         # bytes go straight to os.write (no memoryview per write); a partial write slices.

@@ -59,15 +59,12 @@ class StdioTransport(FdTransport):
         self._half_closed = True
         super().close_write()
 
-    def _release_locked(self) -> None:
-        # Give the descriptions back blocking, but only once no thread is inside a call on
+    def _fd_released(self, fd: int) -> None:
+        # Give the descriptions back blocking, but only now that no thread is inside a call on
         # them: a reader between its poll and its os.read would otherwise block for good.
-        if self._closed and self._made_nonblocking:
-            if self._readers == 0 and self._read_fd in self._made_nonblocking:
-                self._restore_blocking(self._read_fd)
-            if self._writers == 0 and self._write_fd in self._made_nonblocking:
-                self._restore_blocking(self._write_fd)
-        super()._release_locked()
+        if fd in self._made_nonblocking:
+            self._restore_blocking(fd)
+        super()._fd_released(fd)
 
     def _restore_blocking(self, fd: int | None) -> None:
         if fd is None:
