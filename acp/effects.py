@@ -39,7 +39,7 @@ class Send(msgspec.Struct):
     call whose answer must not be lost, a created terminal's id) and ``refuse`` (a turn already
     cancelled refuses it before sending; False for clean-up). The client side's:
     ``keep_subclass`` (a remote refusal's ``ConnectionClosedError`` subclass is kept, with its
-    HTTP status) and ``turn`` (the session a prompt counts as prompting while in flight).
+    HTTP status).
     A Struct: one is made per call, and msgspec builds it in C (no Python ``__init__`` to run).
     """
 
@@ -50,7 +50,6 @@ class Send(msgspec.Struct):
     abandon: bool = True
     refuse: bool = True
     keep_subclass: bool = False
-    turn: Union[str, None] = None
 
     def __repr__(self) -> str:  # no params: a payload is logged at DEBUG only
         return f"Send({self.method!r}, timeout={self.timeout!r}, abandon={self.abandon}, refuse={self.refuse})"

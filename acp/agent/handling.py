@@ -191,9 +191,10 @@ def conclude_prompt(turn: Turn, request: schema.PromptRequest, result: Any) -> s
     should answer, or None when the answer went out here (a cancelled turn: answered at once,
     so it is on the wire when the turn counts as answered; session/close waits for that) or
     someone answered first (the runtime then finds the call answered and sends nothing)."""
-    token = turn.token  # token.is_cancelled, not turn.is_cancelled: one property call less, twice a prompt
-    response = prompt_response(result, token.is_cancelled)
-    if token.is_cancelled:
+    # Looked at once: a cancel that comes later than this came after the handler's answer.
+    cancelled = turn.token.is_cancelled
+    response = prompt_response(result, cancelled)
+    if cancelled:
         if not turn.answer(response):
             _log.debug("session %s: the prompt was already answered; handler's answer dropped", request.session_id)
         return None

@@ -59,7 +59,7 @@ class Turn:
         self._lock = threading.Lock()
         self._answered = False
         self._registry = registry
-        self._timers: list[TimerHandle] = []
+        self._timers: list[TimerHandle] | None = None  # most turns have none: made by add_timer
         self._done: threading.Event | None = None  # made by the first wait_answered()
         self._waiters: list[Callable[[], None]] | None = None  # when_answered() callbacks
         self.task: Any = None
@@ -176,11 +176,15 @@ class Turn:
 
     def add_timer(self, handle: TimerHandle) -> None:
         """Cancel ``handle`` when the turn ends (its grace or deadline timer)."""
-        self._timers.append(handle)
+        if self._timers is None:
+            self._timers = [handle]
+        else:
+            self._timers.append(handle)
 
     def _ended(self) -> None:
-        if self._timers:
-            for timer in self._timers:
+        timers = self._timers
+        if timers is not None:
+            for timer in timers:
                 timer.cancel()
         self._registry._remove(self)
 

@@ -607,24 +607,21 @@ class ClientCalls(UnstableMethods):
         return self._prompt(request, timeout)
 
     #: True on a runtime whose prompt() is never abandoned mid-turn (``_ends_turn`` is always
-    #: False): its turn is then one ``Send`` with ``turn`` set, performed with the turn
-    #: bookkeeping around it, and no plan to create and drive per prompt.
+    #: False): its turn is then one ``Send``, with no plan to create and drive per prompt.
     _turn_is_one_send = False
 
     def _prompt(self, request: schema.PromptRequest, timeout: Any) -> Call[schema.PromptResponse]:
         if timeout is DEFAULT:
             timeout = self._config.prompt_timeout
-        if self._turn_is_one_send:
-            call = self._request("session/prompt", request, timeout=timeout)
-            if type(call) is Send:
-                call.turn = request.session_id
-                return call
-        return self._prompt_plan(request, timeout)
+        if self._turns.cancelled:  # (most prompts: no cancel before them, nothing to do)
+            self._turns.prompt_starting(request.session_id)
+        call = self._request("session/prompt", request, timeout=timeout)
+        if self._turn_is_one_send and type(call) is Send:
+            return call
+        return self._prompt_plan(request, call)
 
-    def _prompt_plan(self, request: schema.PromptRequest, timeout: Any) -> Plan[schema.PromptResponse]:
-        self._turns.prompt_started(request.session_id)
+    def _prompt_plan(self, request: schema.PromptRequest, call: Call[Any]) -> Plan[schema.PromptResponse]:
         try:
-            call = self._request("session/prompt", request, timeout=timeout)
             result: schema.PromptResponse = (yield call) if isinstance(call, Send) else (yield from call)
             return result
         except BaseException as exc:
@@ -636,8 +633,6 @@ class ClientCalls(UnstableMethods):
                 except Exception:  # pragma: no cover - closed meanwhile
                     _log.debug("session/cancel after an abandoned prompt failed", exc_info=True)
             raise
-        finally:
-            self._turns.prompt_finished(request.session_id)
 
     @operation
     def cancel(self, session_id: str, *, meta: dict[str, Any] | None = None) -> Plan[None]:

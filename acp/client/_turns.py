@@ -6,9 +6,11 @@ handler may be blocked on a UI, so the SDK answers on its behalf, then marks the
 cancelled: the handler sees ``ctx.cancelled`` and whatever it returns later is dropped by the
 engine (an inbound call is answered at most once).
 
-Until the cancelled turn's ``prompt()`` returns, a permission request that still arrives for
-that session (the agent sent it before it saw ``session/cancel``) is answered ``cancelled`` at
-once, without bothering the user.
+From the cancel until the session's next prompt starts, a permission request that still
+arrives for that session (the agent sent it before it saw ``session/cancel``) is answered
+``cancelled`` at once, without bothering the user. (Until the next prompt rather than until the
+cancelled ``prompt()`` returns: the agent has no turn in between to ask for, and a prompt then
+costs no bookkeeping at all unless a cancel happened.)
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ def answer_early(call: Any, result: object) -> None:
 
 
 class TurnTracker:
-    """Prompts in flight, sessions whose turn was cancelled, and pending permission calls.
+    """Sessions whose turn was cancelled, and pending permission calls.
 
     Runtime-neutral: ``answer`` answers a call on behalf of its handler and cancels it (the
     threaded engine's way by default; the asyncio client passes its own). The lock is only
@@ -49,38 +51,23 @@ class TurnTracker:
     def __init__(self, answer: Callable[[Any, object], None] = answer_early) -> None:
         self._answer = answer
         self._lock = threading.Lock()
-        self._prompts: dict[str, int] = {}
-        self._cancelled: set[str] = set()
+        self.cancelled: set[str] = set()
+        """Sessions cancelled since their last prompt started (read without the lock: a
+        prompt calls :meth:`prompt_starting` only when this is not empty)."""
         self._permissions: dict[str, set[Any]] = {}
 
     # -- prompts ---------------------------------------------------------------------------
 
-    def prompt_started(self, session_id: str) -> None:
-        """A ``session/prompt`` for ``session_id`` is about to be sent."""
-        # acquire/release rather than ``with`` (here and below): ~50 ns less each, per prompt.
-        lock = self._lock
-        lock.acquire()
-        self._prompts[session_id] = self._prompts.get(session_id, 0) + 1
-        lock.release()
-
-    def prompt_finished(self, session_id: str) -> None:
-        """That prompt returned (or failed): the cancelled turn, if any, is over."""
-        lock = self._lock
-        lock.acquire()
-        left = self._prompts.get(session_id, 0) - 1
-        if left > 0:
-            self._prompts[session_id] = left
-        else:
-            self._prompts.pop(session_id, None)
-            if self._cancelled:
-                self._cancelled.discard(session_id)
-        lock.release()
+    def prompt_starting(self, session_id: str) -> None:
+        """A ``session/prompt`` for ``session_id`` is about to be sent: a cancel before it no
+        longer applies (its permission requests reach the handler)."""
+        with self._lock:
+            self.cancelled.discard(session_id)
 
     def cancel(self, session_id: str) -> list[Any]:
         """Mark the session's turn cancelled; return its pending permission calls to answer."""
         with self._lock:
-            if session_id in self._prompts:
-                self._cancelled.add(session_id)
+            self.cancelled.add(session_id)
             return list(self._permissions.pop(session_id, ()))
 
     # -- permission requests ---------------------------------------------------------------
@@ -88,7 +75,7 @@ class TurnTracker:
     def permission_started(self, session_id: str, call: Any) -> bool:
         """Register a permission call; False when its turn is already cancelled."""
         with self._lock:
-            if session_id in self._cancelled:
+            if session_id in self.cancelled:
                 return False
             self._permissions.setdefault(session_id, set()).add(call)
             return True

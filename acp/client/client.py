@@ -103,7 +103,7 @@ class SyncClient(BlockingCalls, ClientCalls):
     Thread-safe: calls may come from several threads (e.g. ``cancel`` while ``prompt`` blocks).
     """
 
-    # A blocking prompt() cannot be abandoned mid-turn, so a turn is one Send (see _perform).
+    # A blocking prompt() cannot be abandoned mid-turn, so a turn is one Send.
     _turn_is_one_send = True
 
     @staticmethod
@@ -191,16 +191,7 @@ class SyncClient(BlockingCalls, ClientCalls):
             try:
                 if type(effect) is not Send:
                     return self._conn.notify(effect.method, effect.params)  # type: ignore[union-attr]
-                turn = effect.turn
-                if turn is None:
-                    return self._conn.request(effect.method, effect.params, effect.result_type, timeout=effect.timeout)
-                # A prompt turn (ClientCalls._prompt): counted while its request is in flight.
-                turns = self._turns
-                turns.prompt_started(turn)
-                try:
-                    return self._conn.request(effect.method, effect.params, effect.result_type, timeout=effect.timeout)
-                finally:
-                    turns.prompt_finished(turn)
+                return self._conn.request(effect.method, effect.params, effect.result_type, timeout=effect.timeout)
             except ConnectionClosedError as exc:
                 if not explained(effect, exc):
                     raise  # e.g. a remote refusal, with its status
