@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -49,13 +50,17 @@ _log = logging.getLogger("acp.agent")
 class Turn:
     """One active prompt turn of one session on one connection."""
 
-    __slots__ = ("session_id", "call", "token", "task", "_lock", "_answered", "_registry", "_timers", "_done", "_waiters")
+    __slots__ = ("session_id", "_call", "token", "task", "_lock", "_answered", "_registry", "_timers", "_done", "_waiters", "__weakref__")
 
     def __init__(self, session_id: str, call: Call, registry: TurnRegistry, cancels_task: bool = False) -> None:
         self.session_id = session_id
-        self.call = call
+        # Weak: the call holds the turn (its attachment, its cancel callback), so a strong
+        # reference back would make each prompt a cycle of seven objects for the garbage
+        # collector (a collection every ~120 prompts). The engine holds a call until it is
+        # answered, and a turn needs its call only until then.
+        self._call = weakref.ref(call)
         # An async handler's task is cancelled with the turn, first of all its callbacks.
-        self.token = CancelToken(self._cancel_task if cancels_task else None)
+        self.token = CancelToken(_task_canceller(weakref.ref(self)) if cancels_task else None)
         self._lock = threading.Lock()
         self._answered = False
         self._registry = registry
@@ -64,6 +69,12 @@ class Turn:
         self._waiters: list[Callable[[], None]] | None = None  # when_answered() callbacks
         self.task: Any = None
         """The asyncio runtime: the task of an ``async def`` handler (cancelled with the turn)."""
+
+    @property
+    def call(self) -> Call | None:
+        """The prompt's inbound call; None once it was answered and let go (the engine holds
+        a call until it is answered)."""
+        return self._call()
 
     def _cancel_task(self) -> None:
         task = self.task
@@ -139,11 +150,14 @@ class Turn:
             self._ended()
             # Under the lock: no update of this turn can slip in behind the answer. The turn
             # counts as answered once the answer is written (session/close waits for that).
+            call = self._call()
             try:
+                if call is None:  # the engine answered it already (and let it go)
+                    return False
                 if error is not None:
-                    self.call.answer_error(error.code, error.message, error.data)
+                    call.answer_error(error.code, error.message, error.data)
                 else:
-                    self.call.answer(result)
+                    call.answer(result)
             finally:
                 self._set_answered()
         return True
@@ -159,7 +173,8 @@ class Turn:
         # The engine cancelled the call: it answered it itself ($/cancel_request) or nobody
         # can any more (closed), or it can still be answered (input ended, graceful close),
         # in which case the handler answers, "cancelled", as after session/cancel.
-        if self.call.is_answered:
+        call = self._call()
+        if call is None or call.is_answered:
             self.abort()
         else:
             self.token.cancel()
@@ -187,6 +202,16 @@ class Turn:
             for timer in timers:
                 timer.cancel()
         self._registry._remove(self)
+
+
+def _task_canceller(turn: weakref.ref[Turn]) -> Callable[[], None]:
+    # Not the bound method: the token's callback would hold the turn that holds the token.
+    def cancel_task() -> None:
+        alive = turn()
+        if alive is not None:
+            alive._cancel_task()
+
+    return cancel_task
 
 
 class TurnRegistry:
