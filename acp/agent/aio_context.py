@@ -199,7 +199,7 @@ class AsyncPromptContext(_PromptBase, AsyncAgentRequestContext):
         self._event = None
         self._state = state
         self._call = call
-        self._token = turn.token
+        self._token = turn
 
     async def read_file(self, path: str, line: int | None = None, limit: int | None = None) -> str:
         """The text of ``path`` (``fs/read_text_file``); raises on failure."""

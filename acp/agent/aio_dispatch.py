@@ -260,8 +260,8 @@ class _Wiring:
 
     def prompt_arrived(self, fn: Callable[..., Any]) -> Callable[[Any, AsyncInboundCall], None]:
         # A blocking handler sees the cancel through its context; an async one's task is
-        # cancelled with the turn.
-        return h.begin_turn(self.state, cancels_task=is_async_callable(fn))
+        # cancelled with the turn (it sets Turn.task while it runs).
+        return h.begin_turn(self.state)
 
     def prompt(self, fn: Callable[..., Any]) -> Callable[[Any, AsyncInboundCall], Any]:
         state = self.state

@@ -63,6 +63,7 @@ class CancelToken:
             self._callbacks = None
             if self._event is not None:
                 self._event.set()
+        self._fired()
         # Each callback is taken out before it runs: an on_cancel() racing with the flip above
         # takes its own out too if it saw the flip, and only the one that took it runs it.
         for key in list(callbacks):  # in registration order; one C-level copy
@@ -73,6 +74,10 @@ class CancelToken:
                 except Exception:
                     _log.exception("a cancel callback failed")
         return True
+
+    def _fired(self) -> None:
+        """Runs once, right after the flag is set and before the callbacks (a subclass's
+        first reaction: a prompt turn cancels its async handler's task)."""
 
     def on_cancel(self, callback: Callable[[], None]) -> Callable[[], object]:
         """Run ``callback`` once on cancellation (at once if already cancelled).

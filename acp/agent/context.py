@@ -622,7 +622,7 @@ class PromptContext(_PromptBase, AgentRequestContext):
         self._connection = connection
         self._state = state
         self._call = call
-        self._token = turn.token
+        self._token = turn
 
     # ---------------------------------------------------------------- files
 

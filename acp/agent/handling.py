@@ -175,13 +175,13 @@ def cancel_turn(state: ConnectionState, notification: schema.CancelNotification)
     state.turns.cancel(notification.session_id)
 
 
-def begin_turn(state: ConnectionState, cancels_task: bool = False) -> Callable[[Any, Any], None]:
+def begin_turn(state: ConnectionState) -> Callable[[Any, Any], None]:
     """The prompt's arrival hook: the turn exists before any line read after this prompt is
     handled, so a ``session/cancel`` sent right behind it finds it. A busy session raises
     -32600 here, answered at once."""
 
     def arrived(request: schema.PromptRequest, call: Call) -> None:
-        call.attachment = state.turns.begin(request.session_id, call, cancels_task)
+        call.attachment = state.turns.begin(request.session_id, call)
 
     return arrived
 
@@ -192,7 +192,7 @@ def conclude_prompt(turn: Turn, request: schema.PromptRequest, result: Any) -> s
     so it is on the wire when the turn counts as answered; session/close waits for that) or
     someone answered first (the runtime then finds the call answered and sends nothing)."""
     # Looked at once: a cancel that comes later than this came after the handler's answer.
-    cancelled = turn.token.is_cancelled
+    cancelled = turn.is_cancelled
     response = prompt_response(result, cancelled)
     if cancelled:
         if not turn.answer(response):

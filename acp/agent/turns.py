@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -47,21 +46,26 @@ __all__ = ["Turn", "TurnRegistry"]
 _log = logging.getLogger("acp.agent")
 
 
-class Turn:
-    """One active prompt turn of one session on one connection."""
+class Turn(CancelToken):
+    """One active prompt turn of one session on one connection; also its cancellation token
+    (one object per prompt rather than two: cancelling the turn is cancelling the token)."""
 
-    __slots__ = ("session_id", "_call", "token", "task", "_lock", "_answered", "_registry", "_timers", "_done", "_waiters", "__weakref__")
+    __slots__ = (
+        "session_id", "_call", "task", "_answer_lock", "_answered", "_registry", "_timers",
+        "_done", "_waiters",
+    )
 
-    def __init__(self, session_id: str, call: Call, registry: TurnRegistry, cancels_task: bool = False) -> None:
-        self.session_id = session_id
-        # Weak: the call holds the turn (its attachment, its cancel callback), so a strong
-        # reference back would make each prompt a cycle of seven objects for the garbage
-        # collector (a collection every ~120 prompts). The engine holds a call until it is
-        # answered, and a turn needs its call only until then.
-        self._call = weakref.ref(call)
-        # An async handler's task is cancelled with the turn, first of all its callbacks.
-        self.token = CancelToken(_task_canceller(weakref.ref(self)) if cancels_task else None)
+    def __init__(self, session_id: str, call: Call, registry: TurnRegistry) -> None:
+        # CancelToken's fields, set here: one __init__ call less per prompt.
+        self._event: threading.Event | None = None
         self._lock = threading.Lock()
+        self._callbacks: dict[int, Callable[[], None]] | None = {}
+        self.session_id = session_id
+        # Held until the turn ends, then let go: the call holds the turn (its attachment, its
+        # cancel callback), so holding it longer would leave each prompt a cycle for the
+        # garbage collector (a collection every ~120 prompts, and a full one as they pile up).
+        self._call: Call | None = call
+        self._answer_lock = threading.Lock()
         self._answered = False
         self._registry = registry
         self._timers: list[TimerHandle] | None = None  # most turns have none: made by add_timer
@@ -72,11 +76,11 @@ class Turn:
 
     @property
     def call(self) -> Call | None:
-        """The prompt's inbound call; None once it was answered and let go (the engine holds
-        a call until it is answered)."""
-        return self._call()
+        """The prompt's inbound call; None once the turn has ended."""
+        return self._call
 
-    def _cancel_task(self) -> None:
+    def _fired(self) -> None:
+        # First of all the turn's callbacks: an async handler's task is cancelled.
         task = self.task
         if task is not None and not task.done():
             task.cancel()
@@ -86,16 +90,11 @@ class Turn:
         """True once the prompt has been answered (by anyone)."""
         return self._answered
 
-    @property
-    def is_cancelled(self) -> bool:
-        """True once the turn was cancelled."""
-        return self.token.is_cancelled
-
     def send(self, connection: Notifier, notification: schema.SessionNotification) -> bool:
         """Send ``session/update`` ``notification`` on ``connection`` unless the prompt was
         answered; True if sent. (The arguments, not a closure: this runs once per update.)"""
         # acquire/release rather than ``with``: half the cost (~55 ns) of the lock, paid per update.
-        lock = self._lock
+        lock = self._answer_lock
         lock.acquire()
         try:
             if self._answered:
@@ -107,12 +106,14 @@ class Turn:
 
     def finish(self) -> bool:
         """The handler is done: claim the answer. False when someone answered first."""
-        lock = self._lock  # acquire/release, not ``with``: ~55 ns less, once per prompt
+        lock = self._answer_lock  # acquire/release, not ``with``: ~55 ns less, once per prompt
         lock.acquire()
         try:
             if self._answered:
                 return False
-            self._set_answered()
+            self._answered = True
+            if self._done is not None or self._waiters is not None:  # someone waits: rare
+                self._set_answered()
         finally:
             lock.release()
         self._ended()
@@ -120,7 +121,7 @@ class Turn:
 
     def wait_answered(self, timeout: float | None) -> bool:
         """Block until the turn is answered (or ``timeout``); True if it was."""
-        with self._lock:
+        with self._answer_lock:
             if self._answered:
                 return True
             if self._done is None:
@@ -131,7 +132,7 @@ class Turn:
     def when_answered(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` once the turn is answered (at once if it is), where it is answered;
         the asyncio runtime's way to wait without blocking."""
-        with self._lock:
+        with self._answer_lock:
             if not self._answered:
                 if self._waiters is None:
                     self._waiters = []
@@ -142,18 +143,17 @@ class Turn:
     def answer(self, result: Any = None, error: RequestError | None = None) -> bool:
         """Answer the prompt now (grace period, deadline, session/close, or a cancelled turn's
         handler); False if already answered."""
-        with self._lock:
+        with self._answer_lock:
             if self._answered:
                 return False
+            call = self._call  # (set: a turn ends only once answered)
             # Out of the registry before the answer is on the wire: the client may send its
             # next prompt for this session the moment it reads the answer.
             self._ended()
             # Under the lock: no update of this turn can slip in behind the answer. The turn
             # counts as answered once the answer is written (session/close waits for that).
-            call = self._call()
             try:
-                if call is None:  # the engine answered it already (and let it go)
-                    return False
+                assert call is not None
                 if error is not None:
                     call.answer_error(error.code, error.message, error.data)
                 else:
@@ -164,22 +164,22 @@ class Turn:
 
     def abort(self) -> None:
         """The engine answered (or can no longer answer) the prompt: end the turn, cancelled."""
-        with self._lock:
+        with self._answer_lock:
             self._set_answered()
-        self.token.cancel()
+        self.cancel()
         self._ended()
 
     def _engine_cancelled(self) -> None:
         # The engine cancelled the call: it answered it itself ($/cancel_request) or nobody
         # can any more (closed), or it can still be answered (input ended, graceful close),
         # in which case the handler answers, "cancelled", as after session/cancel.
-        call = self._call()
+        call = self._call
         if call is None or call.is_answered:
             self.abort()
         else:
-            self.token.cancel()
+            self.cancel()
 
-    def _set_answered(self) -> None:  # under self._lock
+    def _set_answered(self) -> None:  # under self._answer_lock
         self._answered = True
         if self._done is not None:
             self._done.set()
@@ -197,21 +197,12 @@ class Turn:
             self._timers.append(handle)
 
     def _ended(self) -> None:
+        self._call = None  # see __init__
         timers = self._timers
         if timers is not None:
             for timer in timers:
                 timer.cancel()
         self._registry._remove(self)
-
-
-def _task_canceller(turn: weakref.ref[Turn]) -> Callable[[], None]:
-    # Not the bound method: the token's callback would hold the turn that holds the token.
-    def cancel_task() -> None:
-        alive = turn()
-        if alive is not None:
-            alive._cancel_task()
-
-    return cancel_task
 
 
 class TurnRegistry:
@@ -235,9 +226,8 @@ class TurnRegistry:
         self._turns: dict[str, Turn] = {}
         self._closed = False
 
-    def begin(self, session_id: str, call: Call, cancels_task: bool = False) -> Turn:
-        """Start the turn of ``call``; -32600 (data ``{"sessionId"}``) if one is active.
-        ``cancels_task``: cancelling the turn cancels its ``task`` (an async handler's)."""
+    def begin(self, session_id: str, call: Call) -> Turn:
+        """Start the turn of ``call``; -32600 (data ``{"sessionId"}``) if one is active."""
         lock = self._lock  # acquire/release, not ``with``: ~55 ns less, once per prompt
         lock.acquire()
         try:
@@ -247,7 +237,7 @@ class TurnRegistry:
                     "A prompt turn is already active for this session",
                     {"sessionId": session_id},
                 )
-            turn = Turn(session_id, call, self, cancels_task)
+            turn = Turn(session_id, call, self)
             self._turns[session_id] = turn
             closed = self._closed
         finally:
@@ -256,7 +246,7 @@ class TurnRegistry:
         # of input and on close.
         call.on_cancel(turn._engine_cancelled)
         if closed:
-            turn.token.cancel()
+            turn.cancel()
         elif self._max is not None:
             turn.add_timer(self._call_later(self._max, lambda: self._expire(turn)))
         return turn
@@ -282,7 +272,7 @@ class TurnRegistry:
                 self._closed = True
             turns = list(self._turns.values())
         for turn in turns:
-            turn.token.cancel()
+            turn.cancel()
 
     def close_session(self, session_id: str, wait: float | None) -> None:
         """``session/close``: cancel the session's turn (as ``session/cancel`` does), give its
@@ -316,7 +306,7 @@ class TurnRegistry:
             turn.abort()
 
     def _cancel(self, turn: Turn) -> None:
-        if turn.token.cancel() and self._grace is not None and not turn.answered:
+        if turn.cancel() and self._grace is not None and not turn.answered:
             turn.add_timer(self._call_later(self._grace, lambda: self._grace_expired(turn)))
 
     def _grace_expired(self, turn: Turn) -> None:
@@ -324,7 +314,7 @@ class TurnRegistry:
             _log.info("session %s: cancel grace period over; answered 'cancelled'", turn.session_id)
 
     def _expire(self, turn: Turn) -> None:
-        turn.token.cancel()
+        turn.cancel()
         error = RequestError(
             REQUEST_CANCELLED,
             "Prompt turn exceeded max_prompt_duration",
