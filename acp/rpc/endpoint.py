@@ -194,16 +194,18 @@ class Endpoint:
 
     # ------------------------------------------------------------------ outbound calls
 
-    def register(self, method: str, result_type: Any, waiter: Any, serial: bool = False) -> Pending:
-        """Allocate an id and record a call waiting for its answer.
+    def register(self, method: str, params: Any, result_type: Any, waiter: Any, serial: bool = False) -> tuple[Pending, bytes]:
+        """Allocate an id, record a call waiting for its answer and return it with its line.
 
-        Raises :class:`ConnectionClosedError` once the input ended or the endpoint closed.
+        Raises :class:`ConnectionClosedError` once the input ended or the endpoint closed, and
+        whatever encoding ``params`` raised (then nothing stays pending).
         """
         if self.eof or self.closed:
             raise self.closed_error()
-        pending = Pending(next(self._ids), method, result_type, waiter, serial)
-        self.pending[pending.id] = pending
-        return pending
+        msg_id = next(self._ids)
+        line = self.encoder.request(msg_id, method, params)  # first: a failure leaves no call
+        pending = self.pending[msg_id] = Pending(msg_id, method, result_type, waiter, serial)
+        return pending, line
 
     def take(self, msg_id: Any) -> Pending | None:
         """Remove and return the pending call an answer names: the caller completes it. None

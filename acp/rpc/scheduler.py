@@ -576,16 +576,10 @@ class Scheduler:
         (the deadlock rule; reading resumes if it was paused). ``timeout``: the scheduler
         tracks the deadline ``now + timeout`` (see :meth:`expire`). Raises
         ConnectionClosedError once closed, and whatever encoding the params raised."""
-        ep = self.endpoint
-        pending = ep.register(method, result_type, waiter, serial)
+        pending, line = self.endpoint.register(method, params, result_type, waiter, serial)
         if self.by_session:
             # Before the line goes out: the answer is ordered with this session's messages.
             pending.session = session_of_params(params)
-        try:
-            line = ep.encoder.request(pending.id, method, params)
-        except BaseException:  # params that cannot be encoded: nothing stays pending
-            del ep.pending[pending.id]
-            raise
         if serial:
             self.serial_waiting += 1
             self.paused = False  # only the reader can deliver its answer
