@@ -64,6 +64,12 @@ def joined(thread: threading.Thread) -> None:
 def poll_entered(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
     """An event set whenever a transport is about to block in poll() (so no sleeps are needed)."""
     entered = threading.Event()
+    _patch_poll(monkeypatch, entered.set)
+    yield entered
+
+
+def _patch_poll(monkeypatch: pytest.MonkeyPatch, before_poll: Callable[[], None]) -> None:
+    """Make the transports call ``before_poll()`` each time they are about to block in poll()."""
     real_poll = select.poll
 
     class TracingPoll:
@@ -74,14 +80,13 @@ def poll_entered(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
             self._poll.register(fd, events)
 
         def poll(self) -> list[tuple[int, int]]:
-            entered.set()
+            before_poll()
             return self._poll.poll()
 
     shim = types.SimpleNamespace(
         poll=TracingPoll, POLLIN=select.POLLIN, POLLOUT=select.POLLOUT, PIPE_BUF=select.PIPE_BUF
     )
     monkeypatch.setattr(fd_module, "select", shim)
-    yield entered
 
 
 def test_is_a_transport() -> None:
@@ -249,22 +254,12 @@ def test_close_leaves_an_fd_in_use_to_the_thread_inside(monkeypatch: pytest.Monk
     # an unrelated open): the reader closes it on its way out.
     inside = threading.Event()
     leave = threading.Event()
-    real_poll = select.poll
 
-    class HeldPoll:
-        def __init__(self) -> None:
-            self._poll = real_poll()
+    def held() -> None:
+        inside.set()
+        assert leave.wait(JOIN)
 
-        def register(self, fd: int, events: int) -> None:
-            self._poll.register(fd, events)
-
-        def poll(self) -> list[tuple[int, int]]:
-            inside.set()
-            assert leave.wait(JOIN)
-            return self._poll.poll()
-
-    shim = types.SimpleNamespace(poll=HeldPoll, POLLIN=select.POLLIN, POLLOUT=select.POLLOUT, PIPE_BUF=select.PIPE_BUF)
-    monkeypatch.setattr(fd_module, "select", shim)
+    _patch_poll(monkeypatch, held)
     r, w = os.pipe()
     os.set_blocking(r, False)
     t = FdTransport(r, w, description="held")

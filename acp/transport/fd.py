@@ -237,24 +237,27 @@ class FdTransport:
         # Release every fd that is finished with and that no thread is inside (see module doc):
         # a side's lock that cannot be taken means a thread is inside, and it calls this again
         # on its way out.
-        if self._closed and self._read_fd is not None and self._reading.acquire(False):
-            try:
-                fd, self._read_fd = self._read_fd, None
-                self._fd_released(fd)
-            finally:
-                self._reading.release()
-        if self._write_closed and self._write_fd is not None and self._writing.acquire(False):
-            try:
-                fd, self._write_fd = self._write_fd, None
-                self._fd_released(fd)
-            finally:
-                self._writing.release()
+        if self._closed and self._read_fd is not None:
+            self._read_fd = self._release_idle(self._read_fd, self._reading)
+        if self._write_closed and self._write_fd is not None:
+            self._write_fd = self._release_idle(self._write_fd, self._writing)
         # Polled beside either fd: closed once both are released (a call that starts later
         # finds its fd gone and never polls).
         if self._closed and self._read_fd is None and self._write_fd is None and self._wake_r >= 0:
             os.close(self._wake_r)
             os.close(self._wake_w)
             self._wake_r = self._wake_w = -1
+
+    def _release_idle(self, fd: int, side: threading.Lock) -> int | None:
+        """(Under the lock.) Release ``fd`` and return None if no thread is inside a call on it
+        (``side``: its side's lock); else return it, left to that thread."""
+        if not side.acquire(False):
+            return fd
+        try:
+            self._fd_released(fd)
+        finally:
+            side.release()
+        return None
 
     def _fd_released(self, fd: int) -> None:
         """(Under the lock.) No thread is or will be inside a call on ``fd``: close it if owned.
