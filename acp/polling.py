@@ -65,8 +65,6 @@ def spin_for(lock: threading.Lock, seconds: float) -> float | None:
         _spinner.clear()
 
 
-
-
 class WaitPolicy:
     """Whether polling for answers pays on this machine, learned from the waits themselves.
 

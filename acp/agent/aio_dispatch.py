@@ -129,7 +129,7 @@ def install(spec: AgentSpec, state: ConnectionState, conn: AsyncConnection) -> N
         elif kind == h.CANCEL:
             conn.on_notification(wire, wiring.cancel(fn), ptype, immediate=True)
         elif kind == h.PROMPT:
-            conn.on_request(wire, wiring.prompt(fn), ptype, on_arrival=wiring.prompt_arrived(fn))
+            conn.on_request(wire, wiring.prompt(fn), ptype, on_arrival=h.begin_turn(state))
         elif kind == h.CLOSE_SESSION:
             conn.on_request(wire, wiring.close_session(wire, fn), ptype)
         elif kind == h.AUTHENTICATE:
@@ -257,11 +257,6 @@ class _Wiring:
             return run_hook(notification) if hook is not None else None
 
         return run
-
-    def prompt_arrived(self, fn: Callable[..., Any]) -> Callable[[Any, AsyncInboundCall], None]:
-        # A blocking handler sees the cancel through its context; an async one's task is
-        # cancelled with the turn (it sets Turn.task while it runs).
-        return h.begin_turn(self.state)
 
     def prompt(self, fn: Callable[..., Any]) -> Callable[[Any, AsyncInboundCall], Any]:
         state = self.state

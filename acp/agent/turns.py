@@ -74,11 +74,6 @@ class Turn(CancelToken):
         self.task: Any = None
         """The asyncio runtime: the task of an ``async def`` handler (cancelled with the turn)."""
 
-    @property
-    def call(self) -> Call | None:
-        """The prompt's inbound call; None once the turn has ended."""
-        return self._call
-
     def _fired(self) -> None:
         # First of all the turn's callbacks: an async handler's task is cancelled.
         task = self.task

@@ -122,7 +122,7 @@ class FdTransport:
     def read(self) -> bytes:
         """Block until bytes arrive; return up to 64 KiB, or ``b""`` at EOF / after close."""
         # acquire/release rather than ``with`` (here and in write): about half the cost, ~50 ns
-        # each time, twice per message.
+        # each time, once per read and once per write.
         reading = self._reading
         reading.acquire()
         try:

@@ -62,18 +62,8 @@ class StdioTransport(FdTransport):
     def _fd_released(self, fd: int) -> None:
         # Give the descriptions back blocking, but only now that no thread is inside a call on
         # them: a reader between its poll and its os.read would otherwise block for good.
-        if fd in self._made_nonblocking:
-            self._restore_blocking(fd)
+        _restore_blocking(self._made_nonblocking, fd)
         super()._fd_released(fd)
-
-    def _restore_blocking(self, fd: int | None) -> None:
-        if fd is None:
-            return
-        self._made_nonblocking.remove(fd)
-        try:
-            os.set_blocking(fd, True)
-        except OSError:
-            pass
 
     def _on_close_locked(self) -> None:
         # The private fds are still open here: FdTransport closes them only after this hook.
@@ -130,6 +120,17 @@ class _StdioClaim:
         with _active_lock:
             if _active is self:
                 _active = None
+
+
+def _restore_blocking(made_nonblocking: list[int], fd: int) -> None:
+    """Give ``fd``'s description back blocking if this transport made it non-blocking (both
+    runtimes' stdio transports, once no call is inside on ``fd``)."""
+    if fd in made_nonblocking:
+        made_nonblocking.remove(fd)
+        try:
+            os.set_blocking(fd, True)
+        except OSError:
+            pass
 
 
 def _may_go_nonblocking(fd: int) -> bool:

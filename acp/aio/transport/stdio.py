@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from ...transport.stdio import _may_go_nonblocking, _StdioClaim
+from ...transport.stdio import _may_go_nonblocking, _restore_blocking, _StdioClaim
 from ._fd import FdTransport
 
 __all__ = ["StdioTransport"]
@@ -61,10 +61,5 @@ class StdioTransport(FdTransport):
         self._claim.release(self._read_fd, None if self._half_closed else self._write_fd)
 
     def _release_fd(self, fd: int) -> None:
-        if fd in self._made_nonblocking:
-            self._made_nonblocking.remove(fd)
-            try:
-                os.set_blocking(fd, True)
-            except OSError:
-                pass
+        _restore_blocking(self._made_nonblocking, fd)
         os.close(fd)
