@@ -6,7 +6,7 @@ when batched writes must go out, what a timeout or a close does) is the sans-I/O
 handlers on threads where the scheduler says; ``SyncAgent`` and ``SyncClient`` are facades
 over it. Threads and what they do::
 
-    reader      transport.read -> framer -> scheduler.decode_read -> scheduler.route, then:
+    reader      transport.read -> scheduler.decode_read -> scheduler.route, then:
                 completes the callers and starts the requests nothing is queued ahead of,
                 runs arrival hooks and ``immediate`` notifications, wakes the drainers
     dispatcher  ordering "connection": drains the gate (notifications one at a time in arrival
@@ -143,9 +143,10 @@ class Connection:
         self.name = name
         self.request_timeout = request_timeout
         self.wait_spin = wait_spin
-        self._framer = rpc.LineFramer(max_message_bytes)
-        # Every rule; one owner at a time: called under _lock (see the module docstring).
-        self._sched = rpc.Scheduler(functools.partial(InboundCall, self), name=name, ordering=ordering)
+        # Every rule; one owner at a time: called under _lock (see the module docstring), but
+        # for decode_read, the reader's.
+        self._sched = rpc.Scheduler(functools.partial(InboundCall, self), name=name, ordering=ordering,
+                                    max_line_bytes=max_message_bytes)
         self.ordering: Ordering = ordering
         self._lock = threading.Lock()
         # Bytes the scheduler produced, not yet written (under _lock); whoever holds _wlock
@@ -158,10 +159,11 @@ class Connection:
         self._wire_tap: Callable[[str, bytes], None] | None = None
         owned_tap_close = None
         if wire_tap is not None:
-            from .wiretap import open_tap, tap_lines
+            from .wiretap import open_tap, tap_lines, tap_read
 
             self._wire_tap, owned_tap_close = open_tap(wire_tap)
             self._tap_lines = tap_lines
+            self._tap_read = tap_read
 
         self._own_executor = executor is None
         self._executor: Executor = executor if executor is not None else HandlerPool(
@@ -658,7 +660,6 @@ class Connection:
 
     def _read_loop(self) -> None:
         read = self._transport.read
-        feed = self._framer.feed
         sched = self._sched
         try:
             while True:
@@ -671,25 +672,25 @@ class Connection:
                     break
                 if not data:
                     break
-                lines = feed(data)
-                if lines and self._receive(lines):
+                if self._receive(data):
                     return  # reading was handed to another thread
-                # Not kept while blocked in the next read: a read's bytes and lines (a line may
-                # be up to max_message_bytes) are freed as soon as they are routed.
-                del data, lines
-            self._receive(self._framer.end(), final=True)
+                # Not kept while blocked in the next read: a read's bytes (a line may be up to
+                # max_message_bytes) are freed as soon as they are routed.
+                del data
+            self._receive(b"", final=True)
         except BaseException:
             _log.exception("%s: reader failed", self.name)
         self._on_eof()
 
-    def _receive(self, lines: list[Any], final: bool = False) -> bool:
-        """Route the lines of one read and do what the scheduler says. Returns True when this
-        thread handed reading over to another one and ran a request handler itself."""
-        if self._wire_tap is not None:
-            self._tap_lines(self._wire_tap, "in", lines)
+    def _receive(self, data: bytes, final: bool = False) -> bool:
+        """Route the messages of one read (b"" and ``final``: the input ended) and do what the
+        scheduler says. Returns True when this thread handed reading over to another one and
+        ran a request handler itself."""
         sched = self._sched
+        msgs = sched.decode_read(data) if self._wire_tap is None else self._tap_read(self._wire_tap, sched, data)
+        if not msgs:
+            return False  # a part of a line
         lock = self._lock
-        msgs = sched.decode_read(lines)
         resume = 0
         while True:
             lock.acquire()

@@ -19,7 +19,7 @@ import msgspec
 
 _log = logging.getLogger("acp.wiretap")
 
-__all__ = ["JsonlWireTap", "WireTap", "encode_entry", "open_tap", "tap_lines"]
+__all__ = ["JsonlWireTap", "WireTap", "encode_entry", "open_tap", "tap_lines", "tap_read"]
 
 WireTap = Callable[[str, bytes], None]
 """Receives ("in" | "out", line) for every line, for debugging."""
@@ -90,6 +90,14 @@ def open_tap(
         tap = JsonlWireTap(wire_tap)
         return tap, tap.close
     return wire_tap, None
+
+
+def tap_read(tap: WireTap, scheduler: Any, data: bytes) -> list[Any]:
+    """What ``scheduler.decode_read(data)`` gives (an :class:`acp.rpc.Scheduler`), each line
+    the read completes handed to ``tap`` first: a tapped runtime's read."""
+    lines = scheduler.frame(data)
+    tap_lines(tap, "in", lines)
+    return scheduler.decode_lines(lines)  # type: ignore[no-any-return]
 
 
 def tap_lines(tap: WireTap, direction: str, data: bytes | Iterable[Any]) -> None:

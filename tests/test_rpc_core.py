@@ -211,9 +211,47 @@ def test_notification_params_that_do_not_decode_are_dropped_and_logged(caplog: p
     assert side.handled[-1] == ("ext/n", [1])
 
 
+_ANSWER = b'{"jsonrpc":"2.0","id":1,"result":{"a":1}}'
+
+
+@pytest.mark.parametrize(
+    "reads",
+    [
+        [_ANSWER + b"\n"],
+        [_ANSWER + b"\r\n"],
+        [_ANSWER + b" \n"],
+        [b'{"jsonrpc":"2.0","method":"n","params":{"i":1}}\n'],
+        [b'{"jsonrpc":"2.0","id":"x","method":"m","params":{}}\n'],
+        [b"{nonsense\n"],
+        [b"{}\n"],
+        [_ANSWER[:20], _ANSWER[20:] + b"\n"],
+        # The tail of a held line that looks like a line of its own.
+        [b'{"jsonrpc":"2.0","id":1,"result":', b'{"a":1}}\n'],
+        [_ANSWER + b"\n" + _ANSWER + b"\n"],
+        [b"\x1b[0m" + _ANSWER + b"\n"],
+        # Over the cap (60 bytes here): reported, never decoded.
+        [b'{"jsonrpc":"2.0","method":"n","params":{"pad":"' + b"x" * 60 + b'"}}\n', _ANSWER + b"\n"],
+        # Exactly at the cap with the newline, and one byte under.
+        [_ANSWER.replace(b'"a":1', b'"a":"' + b"y" * (60 - len(_ANSWER) - 4) + b'"') + b"\n"],
+        [_ANSWER.replace(b'"a":1', b'"a":"' + b"y" * (60 - len(_ANSWER) - 3) + b'"') + b"\n"],
+        [b"", _ANSWER + b"\n"],
+    ],
+)
+def test_a_read_of_one_line_decodes_as_its_framed_line(reads: list[bytes]) -> None:
+    """decode_read takes a read of exactly one whole line as it is, without framing it: what it
+    gives is what framing the read and decoding its lines gives, read after read."""
+    shortcut = rpc.Scheduler(max_line_bytes=60)
+    framed = rpc.Scheduler(max_line_bytes=60)
+    shortcut.on_notification("n", noop)
+    shortcut.on_request("m", noop)
+    framed.endpoint.handlers = shortcut.endpoint.handlers  # (Decoded items name their handler)
+    for data in reads:
+        assert shortcut.decode_read(data) == framed.decode_lines(framed.frame(data)), data
+    assert shortcut.decode_read(b"") == framed.decode_lines(framed.frame(b""))
+
+
 def test_an_over_long_line_is_reported_in_its_place(caplog: pytest.LogCaptureFixture) -> None:
-    side = Side()
-    side.framer = rpc.LineFramer(80)
+    side = Side(max_line_bytes=80)
     side.sched.on_notification("n", noop)
     with caplog.at_level(logging.WARNING, "acp.rpc"):
         side.receive(note("n", {"i": 1}) + note("n", {"pad": "x" * 100}) + note("n", {"i": 2}))

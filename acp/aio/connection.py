@@ -7,7 +7,7 @@ Nothing here starts a thread: blocking work goes to :attr:`AsyncConnection.execu
 
 Tasks and what they do::
 
-    reader      transport.read (or the transport pushes: no task) -> framer ->
+    reader      transport.read (or the transport pushes: no task) ->
                 scheduler.decode_read -> scheduler.route, then: completes the callers and
                 starts the requests nothing is queued ahead of, runs arrival hooks and
                 ``immediate`` notifications, wakes the drainers
@@ -119,19 +119,19 @@ class AsyncConnection:
         self.request_timeout = request_timeout
         """The default timeout of :meth:`request` (None: wait forever)."""
         # Every rule; owned from the loop.
-        self._sched = rpc.Scheduler(self._make_call, name=name, ordering=ordering)
+        self._sched = rpc.Scheduler(self._make_call, name=name, ordering=ordering, max_line_bytes=max_message_bytes)
         self.ordering: rpc.Ordering = ordering
         """``"connection"`` or ``"session"`` (fixed at construction)."""
-        self._framer = rpc.LineFramer(max_message_bytes)
         self._close_callbacks: list[Callable[[], None]] = []
         # A tap sees every line (imported only when asked for: a debugging aid).
         self._wire_tap: Callable[[str, bytes], None] | None = None
         owned_tap_close = None
         if wire_tap is not None:
-            from ..wiretap import open_tap, tap_lines
+            from ..wiretap import open_tap, tap_lines, tap_read
 
             self._wire_tap, owned_tap_close = open_tap(wire_tap)
             self._tap_lines = tap_lines
+            self._tap_read = tap_read
         if owned_tap_close is not None:
             self._close_callbacks.append(owned_tap_close)
         self._executor = executor
@@ -600,7 +600,6 @@ class AsyncConnection:
 
     async def _read_loop(self) -> None:
         read = self._transport.read
-        feed = self._framer.feed
         sched = self._sched
         try:
             while True:
@@ -613,14 +612,12 @@ class AsyncConnection:
                     break
                 if not data:
                     break
-                lines = feed(data)
-                if lines:
-                    self._receive(lines)
-                # Not kept while awaiting the next read: a read's bytes and lines (a line may be
-                # up to max_message_bytes) are freed as soon as they are routed.
-                del data, lines
+                self._receive(data)
+                # Not kept while awaiting the next read: a read's bytes (a line may be up to
+                # max_message_bytes) are freed as soon as they are routed.
+                del data
             if not self._closed:
-                self._receive(self._framer.end())
+                self._receive(b"")
         except asyncio.CancelledError:
             if self._closed:
                 return
@@ -662,25 +659,24 @@ class AsyncConnection:
             return
         try:
             if data:
-                lines = self._framer.feed(data)
-                if lines:
-                    self._receive(lines)
+                self._receive(data)
                 if self._sched.paused and not self._reader_held:
                     self._reader_held = True
                     self._transport.pause_reading()  # type: ignore[attr-defined]
                 return
-            self._receive(self._framer.end())
+            self._receive(b"")
         except Exception:
             _log.exception("%s: reader failed", self.name)
         if not self._closed and not self._sched.endpoint.eof:
             self._on_eof()
 
-    def _receive(self, lines: list[Any]) -> None:
-        """Route the lines of one read and do what the scheduler says."""
-        if self._wire_tap is not None:
-            self._tap_lines(self._wire_tap, "in", lines)
+    def _receive(self, data: bytes) -> None:
+        """Route the messages of one read (b"": the input ended) and do what the scheduler
+        says."""
         sched = self._sched
-        msgs = sched.decode_read(lines)
+        msgs = sched.decode_read(data) if self._wire_tap is None else self._tap_read(self._wire_tap, sched, data)
+        if not msgs:
+            return  # a part of a line
         resume = 0
         while True:
             now = sched.route(msgs, resume)

@@ -27,10 +27,12 @@ class LineFramer:
 
     ``feed(data)`` returns the complete lines found so far, without their ``\\n`` (and without a
     trailing ``\\r``); blank lines are skipped. ``end()`` returns the last line when the stream
-    ended without a final newline.
+    ended without a final newline. ``whole_max`` is the longest read a reader may take as one
+    whole line without feeding it (when it is one): ``max_line_bytes`` while no part of a line
+    is held or being skipped, else 0.
     """
 
-    __slots__ = ("max_line_bytes", "_parts", "_pending", "_skipping")
+    __slots__ = ("max_line_bytes", "whole_max", "_parts", "_pending", "_skipping")
 
     def __init__(self, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> None:
         if max_line_bytes <= 0:
@@ -42,19 +44,15 @@ class LineFramer:
         self._pending = 0
         # While > 0, we are inside an over-long line and this many bytes were dropped so far.
         self._skipping = 0
+        self.whole_max = max_line_bytes
 
     def feed(self, data: bytes) -> list[bytes | LineTooLong]:
         """Add bytes; return the lines they complete (and LineTooLong markers)."""
         newline = data.find(b"\n")
-        if newline == len(data) - 1 and not self._parts and not self._skipping:
-            # Exactly one whole line, nothing held: a read of one request or answer (most reads
-            # of a round trip) needs no split. Anything unusual takes the general path below.
-            line = data[:newline]
-            if newline <= self.max_line_bytes and line[-1:] != b"\r" and line and not line.isspace():
-                return [line]
         out: list[bytes | LineTooLong] = []
         if newline < 0:
             self._hold(data)
+            self.whole_max = 0
             return out
         if self._skipping:
             out.append(LineTooLong(self._skipping + newline))
@@ -81,6 +79,7 @@ class LineFramer:
                 self._emit(line, out)
         if rest:
             self._hold(rest)
+        self.whole_max = 0 if self._parts or self._skipping else self.max_line_bytes
         return out
 
     def end(self) -> list[bytes | LineTooLong]:
@@ -93,6 +92,7 @@ class LineFramer:
             self._emit(b"".join(self._parts), out)
         self._parts = []
         self._pending = 0
+        self.whole_max = self.max_line_bytes
         return out
 
     @property

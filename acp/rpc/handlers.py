@@ -144,7 +144,7 @@ class OnePass:
     ``decode_lines(lines)`` is the same for every line of one read at once: the list of their
     params, or :data:`MISS` if any line is not sure (then decode them one by one). A stream's
     reads hold hundreds of updates and nothing else, and one comprehension over them costs far
-    less than per-line checks. Readers call it through :meth:`decode_read`.
+    less than per-line checks. Readers call it through ``Scheduler.decode_lines``.
     """
 
     __slots__ = ("method", "prefix", "handler", "decode", "decode_lines")

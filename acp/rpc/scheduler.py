@@ -7,8 +7,8 @@ says; it never decides what a message means or in which order things happen.
 
 Inbound, one read at a time::
 
-    msgs = scheduler.decode_read(framer.feed(data))     # pure: safe outside the owner's lock
-    now = scheduler.route(msgs)                         # then, outside the owner's lock:
+    msgs = scheduler.decode_read(data)  # the reader's: safe outside the owner's lock; b"": EOF
+    now = scheduler.route(msgs)         # then, outside the owner's lock:
     # scheduler.routed (None: nothing rare): write data_to_send() if .flush; cancel the handlers
     #     of .cancelled;
     # if scheduler.woken: start a drainer for each key of pop_woken();
@@ -50,8 +50,10 @@ blocking caller's timed wait) calls :meth:`~Scheduler.abandon` when it ran out.
 Concurrency contract: a Scheduler (and its Endpoint) has **one owner at a time**. Every method
 that is not marked pure must be called by the owner: the asyncio runtime owns it from its loop;
 the threaded runtime guards every call with one lock, and queues the bytes a call returns under
-that lock, so that they reach the wire in the order they were produced. Nothing here relies on the GIL. Pure (any thread, any time once started):
-:meth:`~Scheduler.decode_read`, :meth:`~Scheduler.startable`, ``Endpoint.outcome``,
+that lock, so that they reach the wire in the order they were produced. Nothing here relies on the GIL. The reader's (one
+reader at a time, outside the owner's lock): :meth:`~Scheduler.decode_read` and
+:meth:`~Scheduler.frame` (the framer's state is the reader's). Pure (any thread, any time once
+started): :meth:`~Scheduler.decode_lines`, :meth:`~Scheduler.startable`, ``Endpoint.outcome``,
 ``Endpoint.request_params``. Handlers registered before the runtime starts are never changed.
 """
 
@@ -72,7 +74,7 @@ from ..errors import (
 )
 from .badinput import BadInputLog
 from .endpoint import CANCEL_REQUEST, Endpoint, InboundRequest, Pending, Start
-from .framing import LineTooLong
+from .framing import DEFAULT_MAX_LINE_BYTES, LineFramer, LineTooLong
 from .handlers import MISS, Decoded, Handler, Updates
 from .messages import (
     ErrorResponse,
@@ -169,7 +171,8 @@ class Scheduler:
     """The ordering, flushing, timing and closing rules of one connection (module docstring).
 
     ``make_call(id, method)`` builds the runtime's :class:`~acp.rpc.InboundRequest` subclass
-    for each inbound request.
+    for each inbound request; ``max_line_bytes`` caps one inbound line (longer ones are
+    discarded and reported, see :class:`~acp.rpc.LineFramer`).
     """
 
     def __init__(
@@ -179,10 +182,13 @@ class Scheduler:
         name: str = "acp",
         ordering: Ordering = "connection",
         max_queued: int | None = None,
+        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
     ) -> None:
         if ordering not in ORDERINGS:
             raise ValueError(f"ordering must be one of {ORDERINGS}, not {ordering!r}")
         self.name = name
+        # Bytes in, whole lines out: the reader's (decode_read, frame).
+        self.framer = LineFramer(max_line_bytes)
         # The message-level state: ids, pending calls, inbound requests, answer-once.
         self.endpoint = Endpoint(make_call, name)
         self.ordering: Ordering = ordering
@@ -248,21 +254,35 @@ class Scheduler:
 
     # ------------------------------------------------------------------ inbound
 
-    def decode_read(self, lines: list[Any]) -> list[Any]:
-        """Decode the lines of one read into what :meth:`route` takes. Pure: no state but the
-        handler table (fixed once the runtime started), so it may run outside the owner's
-        lock. A read of streamed updates and nothing else becomes one :class:`Updates`."""
+    def decode_read(self, data: bytes) -> list[Any]:
+        """The bytes of one read (b"": the input ended), framed and decoded into what
+        :meth:`route` takes. The reader's, one read at a time (the framer's state is its
+        own); no other state but the handler table (fixed once the runtime started), so it
+        runs outside the owner's lock. A read of streamed updates and nothing else becomes one
+        :class:`Updates`."""
+        end = len(data) - 1
+        if end < self.framer.whole_max and data.find(b"\n") == end and data.startswith(b"{"):
+            # Exactly one whole line and nothing held: a lone request or answer, most reads of
+            # a round trip. JSON allows the trailing newline (and a \r before it): the line is
+            # decoded as it is, with no framing.
+            one_pass = self.endpoint.one_pass
+            if one_pass is None or not data.startswith(one_pass.prefix):
+                msg = decode_line(data)  # (never a batch: it starts with "{")
+                if type(msg) is Notification:
+                    return [self._decode_notification(msg, self.endpoint.handlers)]
+                return [msg]
+        return self.decode_lines(self.frame(data))
+
+    def frame(self, data: bytes) -> list[Any]:
+        """The lines one read completes (b"": the input ended), for a runtime that shows them
+        (a wire tap) before :meth:`decode_lines`. The reader's, like :meth:`decode_read`."""
+        return self.framer.feed(data) if data else self.framer.end()
+
+    def decode_lines(self, lines: list[Any]) -> list[Any]:
+        """Decode the lines of one read (:meth:`frame`) into what :meth:`route` takes. Pure."""
         ep = self.endpoint
         one_pass = ep.one_pass
         prefix = None
-        if len(lines) == 1:  # a lone request or answer: most round trips
-            line = lines[0]
-            if type(line) is bytes and (one_pass is None or not line.startswith(one_pass.prefix)):
-                msg = decode_line(line)
-                if type(msg) is Notification:
-                    return [self._decode_notification(msg, ep.handlers)]
-                if type(msg) is not list:
-                    return [msg]
         if one_pass is not None:
             updates = one_pass.decode_read(lines)
             if updates is not MISS:
@@ -270,7 +290,7 @@ class Scheduler:
             prefix = one_pass.prefix
         handlers = ep.handlers
         out: list[Any] = []
-        for line in lines:  # (a lone batch line decodes again here: batches are rare)
+        for line in lines:
             if type(line) is not bytes:
                 out.append(line)  # LineTooLong: logged in its place by route
                 continue
@@ -426,7 +446,7 @@ class Scheduler:
         self._routed().flush = True
 
     def _raw_notification(self, msg: Notification) -> None:
-        """A notification decode_read left raw: ``$/cancel_request``, bad params, or nobody's."""
+        """A notification decode_lines left raw: ``$/cancel_request``, bad params, or nobody's."""
         if msg.method == CANCEL_REQUEST:
             found = self.endpoint.receive_cancel(msg)
             if found is not None:
@@ -441,7 +461,7 @@ class Scheduler:
             handler = self._fallback_handler
         try:
             handler.decode(msg.params)
-        except Exception as exc:  # what decode_read met: say it
+        except Exception as exc:  # what decoding met: say it
             self.bad_input.report("%s notification with invalid params: %s", msg.method, exc)
 
     def _admit(self, key: Any, item: Any, quick: bool, weight: int = 1) -> bool:

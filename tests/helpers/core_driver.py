@@ -32,9 +32,9 @@ def wire(data: bytes) -> list[dict[str, Any]]:
 class Side:
     """One Scheduler, driven by hand."""
 
-    def __init__(self, name: str = "core", ordering: rpc.Ordering = "connection", max_queued: int | None = None) -> None:
-        self.sched = rpc.Scheduler(name=name, ordering=ordering, max_queued=max_queued)
-        self.framer = rpc.LineFramer()
+    def __init__(self, name: str = "core", ordering: rpc.Ordering = "connection", max_queued: int | None = None,
+                 max_line_bytes: int = rpc.DEFAULT_MAX_LINE_BYTES) -> None:
+        self.sched = rpc.Scheduler(name=name, ordering=ordering, max_queued=max_queued, max_line_bytes=max_line_bytes)
         self.out = bytearray()  # everything written, in order
         self.handled: list[Any] = []  # (method, params) of notifications, in the order handled
         self.started: list[rpc.Start] = []
@@ -48,7 +48,7 @@ class Side:
     # ---------------------------------------------------------------- what a runtime does
 
     def receive(self, data: bytes) -> None:
-        msgs = self.sched.decode_read(self.framer.feed(data))
+        msgs = self.sched.decode_read(data)
         resume = 0
         while True:
             now = self.sched.route(msgs, resume)

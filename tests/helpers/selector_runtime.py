@@ -38,8 +38,7 @@ class SelectorConnection:
 
     def __init__(self, read_fd: int, write_fd: int, *, ordering: rpc.Ordering = "connection",
                  request_timeout: float | None = 30.0, max_message_bytes: int = rpc.DEFAULT_MAX_LINE_BYTES) -> None:
-        self.sched = rpc.Scheduler(SelectorCall, name="selector", ordering=ordering)
-        self.framer = rpc.LineFramer(max_message_bytes)
+        self.sched = rpc.Scheduler(SelectorCall, name="selector", ordering=ordering, max_line_bytes=max_message_bytes)
         self.read_fd, self.write_fd = read_fd, write_fd
         os.set_blocking(read_fd, False)
         self.selector = selectors.DefaultSelector()
@@ -102,7 +101,7 @@ class SelectorConnection:
         if not data:
             self._eof()
             return False
-        self.receive(self.framer.feed(data))
+        self.receive(data)
         return True
 
     def run_until(self, done: Callable[[], bool], timeout: float = 30.0) -> None:
@@ -113,8 +112,8 @@ class SelectorConnection:
             if not self.pump(0.05) and not done():
                 raise ConnectionClosedError("the peer went away")
 
-    def receive(self, lines: list[Any]) -> None:
-        msgs = self.sched.decode_read(lines)
+    def receive(self, data: bytes) -> None:
+        msgs = self.sched.decode_read(data)
         resume = 0
         while True:
             now = self.sched.route(msgs, resume) or []
