@@ -921,3 +921,17 @@ def test_the_layering_check_resolves_relative_imports(tmp_path: Path) -> None:
     module.write_text("from ..transport import base\nfrom . import framing\nimport time\n")
     names = _imports(module, "acp.rpc")
     assert {"acp.transport", "acp.transport.base", "acp.rpc", "acp.rpc.framing", "time"} <= names
+
+
+@pytest.mark.parametrize("runtime", ["threads", "asyncio"])
+def test_each_runtime_call_sets_every_field_of_an_inbound_request(runtime: str) -> None:
+    """Both runtimes' calls set the core's fields themselves (one __init__ call less per
+    request): a field added to rpc.InboundRequest must be added to them too."""
+    from acp.aio import AsyncInboundCall
+    from acp.inbound import InboundCall
+
+    owner: Any = object()
+    call = InboundCall(owner, 7, "m") if runtime == "threads" else AsyncInboundCall(owner, 7, "m")
+    base = rpc.InboundRequest(7, "m")
+    fields = [name for name in rpc.InboundRequest.__slots__ if name != "__weakref__"]
+    assert fields and all(getattr(call, name) == getattr(base, name) for name in fields)

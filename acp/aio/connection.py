@@ -82,6 +82,8 @@ _EOF = _sched.EOF
 _DRAIN = _sched.DRAIN
 _FLUSH_NOW = _sched.FLUSH_NOW
 _EAGER = sys.version_info >= (3, 12)
+# Finished request tasks held at most (beyond twice the running ones) before they are dropped.
+_TASKS_PRUNED_AT = 64
 
 
 class AsyncConnection:
@@ -119,7 +121,8 @@ class AsyncConnection:
         self.request_timeout = request_timeout
         """The default timeout of :meth:`request` (None: wait forever)."""
         # Every rule; owned from the loop.
-        self._sched = rpc.Scheduler(self._make_call, name=name, ordering=ordering, max_line_bytes=max_message_bytes)
+        self._sched = rpc.Scheduler(functools.partial(AsyncInboundCall, self), name=name, ordering=ordering,
+                                    max_line_bytes=max_message_bytes)
         self.ordering: rpc.Ordering = ordering
         """``"connection"`` or ``"session"`` (fixed at construction)."""
         self._close_callbacks: list[Callable[[], None]] = []
@@ -153,8 +156,10 @@ class AsyncConnection:
 
         self._reader: asyncio.Task[None] | None = None
         self._dispatcher: asyncio.Task[None] | None = None
-        # Request handler tasks still running, and the tasks draining session lanes.
+        # Request handler tasks (close cancels and waits for those still running; finished
+        # ones are dropped in batches, see _track), and the tasks draining session lanes.
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks_limit = _TASKS_PRUNED_AT
         self._lane_tasks: set[asyncio.Task[None]] = set()
         self._timers: set[Timer] = set()
 
@@ -165,9 +170,6 @@ class AsyncConnection:
         self._drain_done: asyncio.Future[None] | None = None
         self._close_done: asyncio.Future[None] | None = None
         self._transport_closing = False
-
-    def _make_call(self, call_id: rpc.RequestId, method: str) -> AsyncInboundCall:
-        return AsyncInboundCall(self, call_id, method)
 
     # ------------------------------------------------------------------ registration
 
@@ -849,7 +851,7 @@ class AsyncConnection:
         assert loop is not None
         coro_close: Callable[[], None] | None = None
         if handler is not None and handler.is_async and not handler.notification:
-            coro = self._run_request(call, start)
+            coro = self._run_request(call, start, None)
         else:
             try:
                 fn, args = self._sched.endpoint.request_params(start)
@@ -860,11 +862,9 @@ class AsyncConnection:
             if result is None or not inspect.isawaitable(result):
                 self._write_answer(self._sched.answer(call, result))
                 return
-            coro = self._await_request(call, result)
+            coro = self._run_request(call, start, result)
             if inspect.iscoroutine(result):
                 coro_close = result.close  # a task cancelled before its first step never awaits it
-        # No done callback (one more loop callback per request): the coroutine removes its
-        # task itself; a task cancelled before its first step is removed by call.cancel().
         if _EAGER:
             # Eager: the handler runs here up to its first real wait, like a plain function
             # would (a quick handler is answered without a loop iteration).
@@ -874,30 +874,24 @@ class AsyncConnection:
         if call.task is None:
             call.task = task
         if not task.done():
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._track(task)
         if coro_close is not None:
             task.add_done_callback(lambda t: coro_close() if t.cancelled() else None)
 
-    async def _run_request(self, call: AsyncInboundCall, start: rpc.Start) -> None:
+    async def _run_request(self, call: AsyncInboundCall, start: rpc.Start, awaitable: Awaitable[Any] | None) -> None:
+        """A request's task: await ``awaitable`` (what a plain handler returned) or, when
+        None, the ``async def`` handler of ``start`` called here; answer with the outcome."""
+        sched = self._sched
         if call.task is None:  # started eagerly: the task is not assigned yet
             call.task = asyncio.current_task()
-        if _serial.get():
-            # The task copied a context marked by a notification handler: a request
-            # handler's own calls must wait their turn like any other.
+        if awaitable is None and _serial.get():
+            # The task copied a context marked by a notification handler: a request handler's
+            # own calls must wait their turn like any other.
             _serial.set(False)
         try:
-            fn, args = self._sched.endpoint.request_params(start)
-        except Exception as exc:  # params that do not decode
-            self._write_answer(self._sched.request_failed(call, exc))
-            return
-        await self._await_request(call, fn(*args))
-
-    async def _await_request(self, call: AsyncInboundCall, awaitable: Awaitable[Any]) -> None:
-        sched = self._sched
-        if call.task is None:
-            call.task = asyncio.current_task()
-        try:
+            if awaitable is None:
+                fn, args = sched.endpoint.request_params(start)  # (params that do not decode raise)
+                awaitable = fn(*args)
             result = await awaitable
         except asyncio.CancelledError:
             # Cancelled by $/cancel_request, call.cancel() or close: answered already, or the
@@ -908,6 +902,16 @@ class AsyncConnection:
             self._write_answer(sched.request_failed(call, exc))
         else:
             self._write_answer(sched.answer(call, result))
+
+    def _track(self, task: asyncio.Task[Any]) -> None:
+        """Hold a request's running task (for close). Finished tasks are dropped in batches
+        once the set doubled, instead of by a done callback each: that would be one more loop
+        callback per request."""
+        tasks = self._tasks
+        tasks.add(task)
+        if len(tasks) > self._tasks_limit:
+            running = self._tasks = {t for t in tasks if not t.done()}
+            self._tasks_limit = 2 * len(running) + _TASKS_PRUNED_AT
 
     def _spawn(self, coro: Any) -> asyncio.Task[Any]:
         loop = self._loop

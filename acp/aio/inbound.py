@@ -40,7 +40,12 @@ class AsyncInboundCall(InboundRequest):
     __slots__ = ("connection", "task", "_is_cancelled", "_event", "_callbacks")
 
     def __init__(self, connection: AsyncCallOwner, call_id: RequestId, method: str) -> None:
-        super().__init__(call_id, method)
+        # rpc.InboundRequest.__init__'s fields, set here (as acp.inbound.InboundCall does): one
+        # call less per inbound request.
+        self.id = call_id
+        self.method = method
+        self.attachment = None
+        self._answered = False
         self.connection = connection
         self.task: asyncio.Task[Any] | None = None
         self._is_cancelled = False

@@ -689,6 +689,48 @@ def test_close_cancels_running_handlers_and_fails_pending_calls() -> None:
     run(main)  # run() checks that no task is left behind
 
 
+def test_finished_handler_tasks_are_let_go_and_running_ones_kept_for_close() -> None:
+    """No done callback per request task: finished ones are dropped in batches, running ones
+    stay held, so close still cancels them after many requests came and went."""
+    async def main() -> None:
+        a, b = _pair()
+        started = asyncio.Event()
+        outcome: list[str] = []
+
+        async def forever(params: Any, call: AsyncInboundCall) -> Any:
+            started.set()
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                outcome.append("cancelled")
+                raise
+
+        async def quick(params: Any, call: AsyncInboundCall) -> Any:
+            await asyncio.sleep(0)
+            return params
+
+        b.on_request("forever", forever)
+        b.on_request("quick", quick)
+        a.start()
+        b.start()
+        calls = [asyncio.ensure_future(a.request("forever")) for _ in range(3)]
+        await asyncio.wait_for(started.wait(), WAIT)
+        # Running: the 3 above and the quick one just started (then twice that, the batch
+        # size and the one added past it).
+        bound = 2 * 4 + aio_connection._TASKS_PRUNED_AT + 1
+        for i in range(5 * bound):
+            assert await a.request("quick", [i]) == [i]
+            assert len(b._tasks) <= bound
+        await b.close()
+        assert outcome == ["cancelled"] * 3
+        for call in calls:
+            with pytest.raises(ConnectionClosedError):
+                await call
+        await a.close()
+
+    run(main)
+
+
 def test_close_fails_our_pending_calls() -> None:
     async def main() -> None:
         conn, peer = _raw()
