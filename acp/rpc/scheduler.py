@@ -50,11 +50,12 @@ blocking caller's timed wait) calls :meth:`~Scheduler.abandon` when it ran out.
 Concurrency contract: a Scheduler (and its Endpoint) has **one owner at a time**. Every method
 that is not marked pure must be called by the owner: the asyncio runtime owns it from its loop;
 the threaded runtime guards every call with one lock, and queues the bytes a call returns under
-that lock, so that they reach the wire in the order they were produced. Nothing here relies on the GIL. The reader's (one
-reader at a time, outside the owner's lock): :meth:`~Scheduler.decode_read` and
-:meth:`~Scheduler.frame` (the framer's state is the reader's). Pure (any thread, any time once
-started): :meth:`~Scheduler.decode_lines`, :meth:`~Scheduler.startable`, ``Endpoint.outcome``,
-``Endpoint.request_params``. Handlers registered before the runtime starts are never changed.
+that lock, so that they reach the wire in the order they were produced. Nothing here relies
+on the GIL. The reader's (one reader at a time, outside the owner's lock):
+:meth:`~Scheduler.decode_read` and :meth:`~Scheduler.frame` (the framer's state is the
+reader's). Pure (any thread, any time once started): :meth:`~Scheduler.decode_lines`,
+:meth:`~Scheduler.startable`, ``Endpoint.outcome``, ``Endpoint.request_params``. Handlers
+registered before the runtime starts are never changed.
 """
 
 from __future__ import annotations

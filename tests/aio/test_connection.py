@@ -648,21 +648,26 @@ def test_over_long_line_is_discarded() -> None:
 # ---------------------------------------------------------------------------- close
 
 
+def _forever(started: asyncio.Event, outcome: list[str]) -> Any:
+    """A handler that waits until its task is cancelled, then says whether its call was."""
+
+    async def forever(params: Any, call: AsyncInboundCall) -> Any:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            outcome.append("cancelled" if call.is_cancelled else "not flagged")
+            raise
+
+    return forever
+
+
 def test_close_cancels_running_handlers_and_fails_pending_calls() -> None:
     async def main() -> None:
         a, b = _pair()
         started = asyncio.Event()
         outcome: list[str] = []
-
-        async def forever(params: Any, call: AsyncInboundCall) -> Any:
-            started.set()
-            try:
-                await asyncio.Event().wait()
-            except asyncio.CancelledError:
-                outcome.append("cancelled" if call.is_cancelled else "not flagged")
-                raise
-
-        b.on_request("forever", forever)
+        b.on_request("forever", _forever(started, outcome))
         closed: list[str] = []
         b.on_close(lambda: closed.append("b"))
         a.start()
@@ -697,19 +702,11 @@ def test_finished_handler_tasks_are_let_go_and_running_ones_kept_for_close() -> 
         started = asyncio.Event()
         outcome: list[str] = []
 
-        async def forever(params: Any, call: AsyncInboundCall) -> Any:
-            started.set()
-            try:
-                await asyncio.Event().wait()
-            except asyncio.CancelledError:
-                outcome.append("cancelled")
-                raise
-
         async def quick(params: Any, call: AsyncInboundCall) -> Any:
             await asyncio.sleep(0)
             return params
 
-        b.on_request("forever", forever)
+        b.on_request("forever", _forever(started, outcome))
         b.on_request("quick", quick)
         a.start()
         b.start()
