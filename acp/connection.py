@@ -48,7 +48,7 @@ from concurrent.futures import Executor, Future
 from queue import SimpleQueue
 from typing import TYPE_CHECKING, Any
 
-from . import polling, rpc
+from . import interruptible, polling, rpc
 from ._options import DEFAULT_WAIT_SPIN
 from .errors import ConnectionClosedError, RequestCancelledError
 from .executor import HandlerPool
@@ -289,7 +289,7 @@ class Connection:
 
     def wait_closed(self, timeout: float | None = None) -> bool:
         """Block until the input ended and everything received was handled and answered."""
-        if not self._drained.wait(timeout):
+        if not interruptible.wait_event(self._drained, timeout):  # (a Ctrl-C ends it)
             return False
         return self._wait_idle(timeout)
 

@@ -18,6 +18,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from . import interruptible
+
 __all__ = ["SEVERAL_CPUS", "WaitPolicy", "spin_for", "wait"]
 
 # The thread polling for its answer, if any (one per process: pollers would only take the CPU
@@ -117,38 +119,13 @@ class WaitPolicy:
 POLICY = WaitPolicy()
 
 
-# The main thread's blocking waits wake this often: a Ctrl-C the kernel gave another thread
-# (it may pick any thread that does not block SIGINT) sets Python's flag without interrupting
-# the main thread's wait, and the KeyboardInterrupt is raised only once that wait returns.
-_SIGNAL_CHECK = 0.1
-_MAIN_THREAD = threading.main_thread().ident
-
-
-def _block(lock: threading.Lock, timeout: float | None) -> bool:
-    """``lock.acquire`` within ``timeout`` (None: no limit); in the main thread, in slices of
-    :data:`_SIGNAL_CHECK` so that a pending Ctrl-C is raised here within that time."""
-    if threading.get_ident() != _MAIN_THREAD:
-        return lock.acquire() if timeout is None else lock.acquire(True, max(0.0, timeout))
-    if timeout is None:
-        while not lock.acquire(True, _SIGNAL_CHECK):
-            pass  # (a pending signal's handler runs here, between two waits)
-        return True
-    end = time.monotonic() + timeout
-    while True:
-        left = end - time.monotonic()
-        if lock.acquire(True, max(0.0, min(left, _SIGNAL_CHECK))):
-            return True
-        if left <= _SIGNAL_CHECK:
-            return False
-
-
 def wait(lock: threading.Lock, spin: float, timeout: float | None) -> bool:
     """Take ``lock`` (a pre-acquired waiter) within ``timeout`` seconds (None: no limit),
     polling it for up to ``spin`` seconds first when :data:`POLICY` says polling pays. False:
-    the timeout passed. A Ctrl-C interrupts the wait in the main thread (KeyboardInterrupt)
-    within :data:`_SIGNAL_CHECK` seconds, whichever thread the kernel gave it to."""
+    the timeout passed. A Ctrl-C interrupts the wait in the main thread (KeyboardInterrupt),
+    whichever thread the kernel gave it to (:mod:`acp.interruptible`)."""
     if not spin or not SEVERAL_CPUS:
-        return _block(lock, timeout)
+        return interruptible.acquire(lock, timeout)
     policy = POLICY
     clock = time.perf_counter
     start = clock()
@@ -159,7 +136,7 @@ def wait(lock: threading.Lock, spin: float, timeout: float | None) -> bool:
             policy.record(clock() - start)
             return True
         spent = polled
-    if not _block(lock, None if timeout is None else timeout - spent):
+    if not interruptible.acquire(lock, None if timeout is None else timeout - spent):
         return False
     policy.record(clock() - start)
     return True

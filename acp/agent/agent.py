@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from .. import interruptible
 from .._options import WaitSpinOption
 from ..connection import Connection
 from ..transport.base import Transport
@@ -88,8 +89,9 @@ class AgentConnection(AgentConnectionBase):
         return ClientProxy(self._state)
 
     def wait_closed(self, timeout: float | None = None) -> bool:
-        """Block until the connection is closed (client gone, or :meth:`close`)."""
-        return self._closed.wait(timeout)
+        """Block until the connection is closed (client gone, or :meth:`close`); in the main
+        thread a Ctrl-C ends the wait (KeyboardInterrupt)."""
+        return interruptible.wait_event(self._closed, timeout)
 
     def close(self, graceful: bool = False, timeout: float | None = 5.0) -> None:
         """Close this connection; idempotent.

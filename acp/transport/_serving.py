@@ -16,6 +16,8 @@ from urllib.parse import urlsplit
 
 from typing_extensions import Self
 
+from .. import interruptible
+
 if TYPE_CHECKING:
     from ..aio.transport.base import AsyncTransport
     from .base import Transport
@@ -180,7 +182,7 @@ class BackgroundServer:
         """Block until :meth:`close` (from another thread, or a signal handler) finished.
         A ``KeyboardInterrupt`` closes the server, then propagates."""
         try:
-            self._closed.wait()
+            interruptible.wait_event(self._closed, None)
         except KeyboardInterrupt:
             self.close()
             raise
