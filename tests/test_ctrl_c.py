@@ -20,7 +20,7 @@ import pytest
 from acp.agent import SyncAgent
 from acp.connection import Connection
 from acp.transport import memory_pair
-from tests.test_connection import RawPeer
+from tests.helpers.fault_support import RawPeer
 
 WAIT = 10.0
 # Where the main thread sleeps while it waits (acp.polling before acp.interruptible existed).
@@ -70,17 +70,17 @@ def test_a_request_waiting_in_the_main_thread(main_thread_only: None, wait_spin:
     conn = Connection(ours, name="engine", request_timeout=WAIT, wait_spin=wait_spin)
     peer = RawPeer(theirs)
     conn.start()
-    helper = ctrl_c_elsewhere(lambda: peer.recv())  # the request reached the peer
+    helper = ctrl_c_elsewhere(lambda: peer.recv(WAIT))  # the request reached the peer
     started = time.monotonic()
     try:
         with pytest.raises(KeyboardInterrupt):
             conn.request("never", {}, timeout=30.0)
         assert time.monotonic() - started < WAIT / 2
-        assert peer.recv()["method"] == "$/cancel_request"
+        assert peer.recv(WAIT)["method"] == "$/cancel_request"
     finally:
         helper.join(WAIT)
         conn.close()
-        theirs.close()
+        peer.close()  # (closes ``theirs`` too)
 
 
 def test_an_agent_serving_in_the_main_thread(main_thread_only: None) -> None:

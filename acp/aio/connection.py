@@ -904,7 +904,7 @@ class AsyncConnection:
             self._write_answer(sched.answer(call, result))
 
     def _track(self, task: asyncio.Task[Any]) -> None:
-        """Hold a request's running task (for close). Finished tasks are dropped in batches
+        """Hold a handler's running task (for close). Finished tasks are dropped in batches
         once the set doubled, instead of by a done callback each: that would be one more loop
         callback per request."""
         tasks = self._tasks
@@ -917,8 +917,7 @@ class AsyncConnection:
         loop = self._loop
         assert loop is not None
         task = loop.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._track(task)
         return task
 
 
