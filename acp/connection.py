@@ -28,6 +28,13 @@ What threads add to the scheduler's rules, all about waking threads less often:
 * Leader/follower: the reader runs the last request it may start itself ("parked"), and hands
   reading to a pool thread only if that handler makes a request of its own or runs longer than
   1 ms (the housekeeper watches). A quick handler costs no thread wake-up at all.
+* A waiting caller reads for itself: reading is a role that one thread holds at a time, and a
+  thread other than the main one that waits for an answer takes it when nobody holds it (or
+  when it is the parked reader itself), so its answer costs no thread wake-up. The reader that
+  completes such a caller's call, with no other call pending, lets go of reading for it; the
+  housekeeper hands reading left free to a pool thread after 1 ms. The main thread never
+  reads: a Ctrl-C raises KeyboardInterrupt there at any point, which must not cut a read's
+  routing in half.
 * A blocking :meth:`Connection.request` may poll for its answer for up to ``wait_spin`` seconds
   (100 µs by default), yielding the CPU, before it sleeps: an answer that comes within that
   time costs no wake-up on the way back. Whether it polls is measured, not assumed
@@ -104,6 +111,7 @@ _FLUSH_NOW = _sched.FLUSH_NOW
 
 
 _USE_DEFAULT: Any = object()
+_MAIN_THREAD = interruptible.MAIN_THREAD
 
 
 class _ThreadFlags(threading.local):
@@ -184,10 +192,19 @@ class Connection:
         self._backlog = threading.Condition(threading.Lock())
         self._reader_held = False  # the reader waits for the scheduler to unpause
 
-        self._park_lock = threading.Lock()
+        self._park_lock = threading.Lock()  # who reads: parks, hand-overs, free reading
         self._parked: int | None = None  # ident of the reader running a handler itself
         self._parked_since = 0.0
-        self._last_park = 0.0
+        self._last_park = 0.0  # (or the last time reading was left free)
+        # A waiting caller reads for itself (module docstring) with a transport that can stop
+        # reading: a timeout and interrupt_read (a cancel, or close, from another thread).
+        read_within = _read_within(transport)
+        self._interrupt_read: Callable[[], None] | None = getattr(transport, "interrupt_read", None)
+        self._read_within = read_within if self._leader_follower and self._interrupt_read is not None else None
+        self._reading_free = False  # nobody holds reading (see _free_reading)
+        self._freed_at = 0.0
+        self._heir: Any = None  # the waiter of the latest call whose caller may read for itself
+        self._reading_for: rpc.Pending | None = None  # the call of the caller that reads now
         # The clock: timers, the flush bound, the scheduler's deadlines, the parked reader.
         self._house = Housekeeper(name, flush=self._flush, next_deadline=self._next_deadline,
                                   expire=self._expire, watch=self._watch_park)
@@ -389,14 +406,28 @@ class Connection:
         # The waiter is a pre-acquired lock (cheaper than an Event or a Future).
         waiter = threading.Lock()
         waiter.acquire()
-        pending = self._send_request(method, params, result_type, waiter, None)
+        reads = False
+        if self._read_within is not None:
+            me = threading.get_ident()
+            if me != _MAIN_THREAD:
+                self._heir = waiter  # the reader that completes this call lets go of reading
+                reads = self._take_free_reading() or self._claim_park(me)
+        try:
+            pending = self._send_request(method, params, result_type, waiter, None)
+        except BaseException:
+            if reads:
+                self._launch_reader()
+            raise
         forget = None
         try:
             # Cancelling abandons the call: the waiter below wakes at once.
             if cancel is not None:
                 forget = cancel.on_cancel(lambda: self._give_up(pending, RequestCancelledError))
+            if reads:
+                timeout = self._read_for(pending, waiter, timeout)
             # Maybe poll first (acp.polling decides), within the timeout; then sleep for the rest.
-            if not polling.wait(waiter, self.wait_spin, timeout):
+            # (A caller that read its answer takes it at once: not a wait for the policy to time.)
+            if not (reads and waiter.acquire(False)) and not polling.wait(waiter, self.wait_spin, timeout):
                 if self._emit(self._sched.abandon, pending, self._sched.timeout_error(pending, timeout)) is not None:
                     assert pending.error is not None
                     raise pending.error
@@ -504,6 +535,8 @@ class Connection:
         waiter = pending.waiter
         if type(waiter) is not Future:
             waiter.release()
+            if pending is self._reading_for:  # its caller is reading: stop that read
+                self._interrupt_read()  # type: ignore[misc]  # set whenever a caller reads
             return
         if not waiter.set_running_or_notify_cancel():
             return
@@ -632,8 +665,12 @@ class Connection:
         self._wake_all(timed_out)
 
     def _watch_park(self, now: float) -> float | None:
-        """While handlers run on the reader lately: hand parked reading over once a handler
-        has run longer than _PARK_LIMIT, and look again within that."""
+        """While handlers run on the reader (or reading was left free) lately: hand parked or
+        free reading over once that lasted _PARK_LIMIT, and look again within that."""
+        if self._reading_free:
+            if now - self._freed_at >= _PARK_LIMIT and self._take_free_reading():
+                self._launch_reader()
+            return now + _PARK_LIMIT
         if now - self._last_park >= _PARK_WATCH:
             return None
         parked = self._parked
@@ -708,10 +745,17 @@ class Connection:
                 if len(now) == 1:  # _act's most common cases: one blocked caller, one request
                     item = now[0]
                     if type(item) is _Pending:
-                        if type(item.waiter) is not Future:
-                            item.waiter.release()
+                        waiter = item.waiter
+                        if type(waiter) is not Future:
+                            if waiter is self._heir and not final and not sched.endpoint.pending:
+                                # Its caller reads for itself from now on (first: it may run
+                                # as soon as it is released).
+                                self._free_reading()
+                                waiter.release()
+                                return True
+                            waiter.release()
                             return False
-                    elif not final and self._leader_follower:
+                    elif not final and self._leader_follower and self._reading_for is None:
                         return self._run_here(item)
                 return self._act(now, final)
             if routed.flush:
@@ -746,7 +790,7 @@ class Connection:
             if resume >= len(msgs):  # a read of one prompt: most of them
                 if not go:
                     return False
-                if final or not self._leader_follower:
+                if final or not self._leader_follower or self._reading_for is not None:
                     self._launch(hook)
                     return False
                 return self._run_here(hook)
@@ -757,8 +801,8 @@ class Connection:
         """Complete the callers and start the requests the scheduler found nothing ahead of.
         The last request may run on this very thread (True: reading was handed over)."""
         last = now[-1]
-        if type(last) is not tuple or final or not self._leader_follower:
-            last = None
+        if type(last) is not tuple or final or not self._leader_follower or self._reading_for is not None:
+            last = None  # (a caller reading for its answer runs no handler)
         for item in now:
             if type(item) is _Pending:
                 waiter = item.waiter
@@ -798,6 +842,9 @@ class Connection:
             if self._parked == me:
                 self._parked = None
                 return False  # nobody took reading over: carry on reading here
+            if self._reading_free:  # the handler read for its calls, and left reading free
+                self._reading_free = False
+                return False
         finally:
             lock.release()
         return True
@@ -808,10 +855,83 @@ class Connection:
             if self._parked is None or (only is not None and self._parked != only):
                 return
             self._parked = None
+        self._launch_reader()
+
+    def _launch_reader(self) -> None:
+        """Hand reading (held by this thread) to a pool thread."""
         try:
             self._execute(self._read_loop)
         except RuntimeError:  # the pool is shut down: the connection is closing
             pass
+
+    # ------------------------------------------------------------------ callers that read
+
+    def _take_free_reading(self) -> bool:
+        """Take reading if nobody holds it."""
+        if not self._reading_free:
+            return False
+        with self._park_lock:
+            if not self._reading_free:
+                return False
+            self._reading_free = False
+            return True
+
+    def _claim_park(self, me: int) -> bool:
+        """Take reading if this thread is the parked reader (a handler on it makes a call):
+        it reads for that call itself instead of handing reading to a pool thread."""
+        if self._parked != me:
+            return False
+        with self._park_lock:
+            if self._parked != me:
+                return False
+            self._parked = None
+            return True
+
+    def _free_reading(self) -> None:
+        """Let go of reading with nobody reading: the next waiting caller takes it
+        (request), else the housekeeper hands it to a pool thread after _PARK_LIMIT."""
+        now = time.monotonic()
+        self._freed_at = now
+        self._last_park = now
+        self._reading_free = True
+        if not self._house.watching:
+            self._house.poke()
+
+    def _read_for(self, pending: rpc.Pending, waiter: threading.Lock, timeout: float | None) -> float | None:
+        """Read, holding reading, until this call was answered; returns the timeout left.
+        Reading is let go on the way out: left free by the answer (_receive), ended with the
+        input, or handed to a pool thread (the answer waits behind queued messages, the
+        scheduler paused reading, the timeout passed, or something was raised)."""
+        read = self._read_within
+        assert read is not None
+        sched = self._sched
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self._reading_for = pending
+        held = True
+        try:
+            while waiter.locked() and not pending.answered and not sched.paused:
+                left = None
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                data = read(left)
+                if data is None:
+                    continue  # the timeout passed, or something else completed the call
+                if not data:
+                    held = False  # the input ended: nobody reads any more
+                    self._receive(b"", final=True)
+                    self._on_eof()
+                    break
+                if self._receive(data):
+                    held = False  # our answer came and left reading free
+                    break
+                del data  # (see _read_loop)
+        finally:
+            self._reading_for = None
+            if held:
+                self._launch_reader()
+        return None if deadline is None else max(0.0, deadline - time.monotonic())
 
     def _on_eof(self) -> None:
         with self._lock:
@@ -965,6 +1085,17 @@ class Connection:
                 callback()
             except Exception:
                 _log.exception("close callback failed")
+
+
+def _read_within(transport: Transport) -> Callable[[float | None], bytes | None] | None:
+    """The transport's ``read_within(timeout)``, if it has one that reads as its ``read()``
+    does: a subclass that overrides ``read()`` (to record the bytes, say) and not
+    ``read_within`` would be gone around by a caller reading for itself."""
+    cls = type(transport)
+    owner = next((klass for klass in cls.__mro__ if "read_within" in vars(klass)), None)
+    if owner is None or cls.read is not vars(owner).get("read"):
+        return None
+    return transport.read_within  # type: ignore[attr-defined, no-any-return]
 
 
 def _remaining(deadline: float | None) -> float | None:

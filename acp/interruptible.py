@@ -15,23 +15,24 @@ import threading
 import time
 from collections.abc import Callable
 
-__all__ = ["CHECK_EVERY", "acquire", "wait_event"]
+__all__ = ["CHECK_EVERY", "MAIN_THREAD", "acquire", "wait_event"]
 
 #: How often a wait in the main thread wakes to let a pending Ctrl-C be raised.
 CHECK_EVERY = 0.1
-_MAIN_THREAD = threading.main_thread().ident
+#: The main thread's ident: the one thread where Python raises KeyboardInterrupt.
+MAIN_THREAD = threading.main_thread().ident
 
 
 def acquire(lock: threading.Lock, timeout: float | None) -> bool:
     """``lock.acquire()`` within ``timeout`` seconds (None: no limit); False when it passed."""
-    if threading.get_ident() != _MAIN_THREAD:
+    if threading.get_ident() != MAIN_THREAD:
         return lock.acquire() if timeout is None else lock.acquire(True, max(0.0, timeout))
     return _sliced(lambda seconds: lock.acquire(True, seconds), timeout)
 
 
 def wait_event(event: threading.Event, timeout: float | None) -> bool:
     """``event.wait(timeout)``: True once the event is set, False when the timeout passed."""
-    if threading.get_ident() != _MAIN_THREAD:
+    if threading.get_ident() != MAIN_THREAD:
         return event.wait(timeout)
     return _sliced(event.wait, timeout)
 

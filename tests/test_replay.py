@@ -101,16 +101,19 @@ def test_any_client_can_spawn_the_replay_as_an_agent_process(scenario: tuple[Pat
                                                              tmp_path: Path) -> None:
     path, expected, _ = scenario
     cwd = os.path.realpath(tmp_path)
-    replay = ReplayAgent.from_recording(path, speed=None, timeout=WAIT)
-    observed = run_sync(lambda b: b.agent_process(*replay.command()), cwd)
-    replay.verify()
-    replay.cleanup()
-    assert observed.normalised(cwd) == expected
+    with ReplayAgent.from_recording(path, speed=None, timeout=WAIT) as replay:  # leaves no report folder
+        observed = run_sync(lambda b: b.agent_process(*replay.command()), cwd)
+        replay.verify()
+        assert observed.normalised(cwd) == expected
 
-    async def transport(builder: Any) -> Any:
-        return builder.agent_process(*replay.command())
+        async def transport(builder: Any) -> Any:
+            return builder.agent_process(*replay.command())
 
-    assert asyncio.run(run_async(transport, os.path.realpath(tmp_path))).normalised(cwd) == expected
+        assert asyncio.run(run_async(transport, os.path.realpath(tmp_path))).normalised(cwd) == expected
+        replay.verify()
+        report_dir = replay._report_dir
+        assert report_dir is not None and len(os.listdir(report_dir)) == 2  # one report per process
+    assert not os.path.exists(report_dir)
 
 
 @pytest.mark.parametrize("which", RECORDINGS)

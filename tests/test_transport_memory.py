@@ -240,7 +240,7 @@ def test_no_fd_is_leaked_even_when_a_reader_closes_it(poll_entered: threading.Ev
     if not before:
         pytest.skip("needs /proc/self/fd")
     a, b = memory_pair()
-    assert len(open_fds() - before) == 8  # two data pipes, two wake-up pipes
+    assert len(open_fds() - before) == 12  # two data pipes, two wake-up pipes, two interrupt pipes
     reader, _ = run_thread(a.read)
     assert poll_entered.wait(JOIN)
     a.close()  # the reader still uses its fd: it must close it on its way out

@@ -100,11 +100,17 @@ class FdTransport:
         self._eof = read_fd is None
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
-        # The reader's poll object, built once (one reader at a time), not per read.
+        # The reader's poll object, built once (one reader at a time), not per read; it also
+        # polls a pipe of its own for interrupt_read (never the wake-up pipe: that one is
+        # never drained, which every other wait relies on).
         self._read_poller = select.poll()
+        self._intr_r = self._intr_w = -1
         if read_fd is not None:
+            self._intr_r, self._intr_w = os.pipe()
+            os.set_blocking(self._intr_w, False)
             self._read_poller.register(read_fd, select.POLLIN)
             self._read_poller.register(self._wake_r, select.POLLIN)
+            self._read_poller.register(self._intr_r, select.POLLIN)
         self._poll_first = not self._read_nonblocking
 
     # -- Transport ---------------------------------------------------------------------------
@@ -121,6 +127,14 @@ class FdTransport:
 
     def read(self) -> bytes:
         """Block until bytes arrive; return up to 64 KiB, or ``b""`` at EOF / after close."""
+        data = self.read_within(None)
+        while data is None:  # (interrupt_read: not for this kind of read)
+            data = self.read_within(None)
+        return data
+
+    def read_within(self, timeout: float | None) -> bytes | None:
+        """:meth:`read`, waiting at most ``timeout`` seconds (None: no limit); None when
+        that passed first or :meth:`interrupt_read` was called meanwhile."""
         # acquire/release rather than ``with`` (here and in write): about half the cost, ~50 ns
         # each time, once per read and once per write.
         reading = self._reading
@@ -138,9 +152,17 @@ class FdTransport:
                     # Wait for data or the wake-up pipe (a loop, not any() over a generator
                     # expression: a generator made and resumed per read).
                     wake = self._wake_r
-                    for ready_fd, _ in self._read_poller.poll():
-                        if ready_fd == wake:
+                    ready = self._read_poller.poll() if timeout is None else self._read_poller.poll(timeout * 1000)
+                    readable = False
+                    for ready_fd, _ in ready:
+                        if ready_fd == fd:
+                            readable = True
+                        elif ready_fd == wake:
                             return b""
+                        else:
+                            os.read(ready_fd, 64)  # interrupt_read's bytes
+                    if not readable:
+                        return None  # the timeout passed, or interrupt_read
                 try:
                     data = os.read(fd, READ_CHUNK)
                     break
@@ -159,6 +181,15 @@ class FdTransport:
             reading.release()
             if self._closed:  # close() may have left the fds to the last one out
                 self._release()
+
+    def interrupt_read(self) -> None:
+        """Make a :meth:`read_within` under way (or the next one) return None at once."""
+        with self._lock:
+            if self._intr_w >= 0:
+                try:
+                    os.write(self._intr_w, b"i")
+                except BlockingIOError:  # full of interrupts no reader took yet: one is enough
+                    pass
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         """Write all of ``data``; ``ConnectionClosedError`` if the peer is gone or we closed."""
@@ -244,9 +275,10 @@ class FdTransport:
         # Polled beside either fd: closed once both are released (a call that starts later
         # finds its fd gone and never polls).
         if self._closed and self._read_fd is None and self._write_fd is None and self._wake_r >= 0:
-            os.close(self._wake_r)
-            os.close(self._wake_w)
-            self._wake_r = self._wake_w = -1
+            for fd in (self._wake_r, self._wake_w, self._intr_r, self._intr_w):
+                if fd >= 0:
+                    os.close(fd)
+            self._wake_r = self._wake_w = self._intr_r = self._intr_w = -1
 
     def _release_idle(self, fd: int, side: threading.Lock) -> int | None:
         """(Under the lock.) Release ``fd`` and return None if no thread is inside a call on it

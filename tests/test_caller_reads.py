@@ -1,0 +1,302 @@
+"""A waiting caller reads for itself (threaded runtime): who reads, and that nothing is lost.
+
+The connection's wire tap runs on the thread that reads a line, so each test records which
+thread read what, over real pipes, and checks that the caller's own thread read its answer,
+and that every way out of such a read (a cancel from another thread, a timeout, close, an
+answer queued behind notifications, reading left free with nobody waiting) leaves a reader.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from acp.connection import Connection, InboundCall
+from acp.errors import ConnectionClosedError, RequestCancelledError, RequestTimeoutError
+from acp.transport import memory_pair
+from acp.transport.fd import FdTransport
+from tests.helpers.fault_support import RawPeer
+
+WAIT = 10.0
+
+
+class ThreadTap:
+    """A wire tap that remembers the thread that read each inbound line."""
+
+    def __init__(self) -> None:
+        self.read_by: list[tuple[dict[str, Any], int]] = []
+        self.sent: list[dict[str, Any]] = []
+
+    def __call__(self, direction: str, line: bytes) -> None:
+        if direction == "in":
+            self.read_by.append((json.loads(line), threading.get_ident()))
+        else:
+            self.sent.append(json.loads(line))
+
+    def readers_of_answers(self, method: str) -> list[int]:
+        """The threads that read the answers to our requests for ``method``, in order."""
+        ids = [msg["id"] for msg in self.sent if msg.get("method") == method]
+        by_id = {msg["id"]: ident for msg, ident in self.read_by if "method" not in msg}
+        return [by_id[msg_id] for msg_id in ids]
+
+
+@pytest.fixture
+def tapped(no_thread_leak: None) -> Iterator[tuple[Connection, RawPeer, ThreadTap]]:
+    ours, theirs = memory_pair()
+    tap = ThreadTap()
+    conn = Connection(ours, name="engine", request_timeout=WAIT, wire_tap=tap, wait_spin=0)
+    peer = RawPeer(theirs)
+    yield conn, peer, tap
+    conn.close()
+    peer.close()
+
+
+def in_thread(fn: Callable[[], Any]) -> Any:
+    """Run ``fn`` on a thread of its own (the main thread never reads) and return its result."""
+    out: list[Any] = []
+
+    def run() -> None:
+        try:
+            out.append(fn())
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            out.append(exc)
+
+    thread = threading.Thread(target=run, name="caller")
+    thread.start()
+    thread.join(WAIT)
+    assert not thread.is_alive()
+    return out[0]
+
+
+def answer_next(peer: RawPeer, result: Any = "ok") -> dict[str, Any]:
+    msg: dict[str, Any] = peer.recv()
+    peer.send({"jsonrpc": "2.0", "id": msg["id"], "result": result})
+    return msg
+
+
+def test_a_caller_thread_reads_its_own_answers_after_the_first(tapped: tuple[Connection, RawPeer, ThreadTap]) -> None:
+    conn, peer, tap = tapped
+    conn.start()
+    answering = threading.Thread(target=lambda: [answer_next(peer, i) for i in range(4)], name="peer")
+    answering.start()
+
+    def calls() -> tuple[int, list[Any]]:
+        return threading.get_ident(), [conn.request("echo", {"i": i}) for i in range(4)]
+
+    caller, results = in_thread(calls)
+    answering.join(WAIT)
+    assert results == [0, 1, 2, 3]
+    readers = tap.readers_of_answers("echo")
+    # The first answer comes to the pool's reader, which then leaves reading to this caller.
+    assert readers[0] != caller
+    assert readers[1:] == [caller, caller, caller]
+
+
+def test_the_main_thread_never_reads(tapped: tuple[Connection, RawPeer, ThreadTap]) -> None:
+    conn, peer, tap = tapped
+    conn.start()
+    answering = threading.Thread(target=lambda: [answer_next(peer) for _ in range(3)], name="peer")
+    answering.start()
+    assert [conn.request("echo") for _ in range(3)] == ["ok"] * 3
+    answering.join(WAIT)
+    assert threading.get_ident() not in {ident for _, ident in tap.read_by}
+
+
+def test_reading_left_free_is_taken_up_when_nobody_calls(tapped: tuple[Connection, RawPeer, ThreadTap]) -> None:
+    conn, peer, tap = tapped
+    seen = threading.Event()
+    conn.on_notification("note", lambda params: seen.set())
+    conn.start()
+    answering = threading.Thread(target=lambda: [answer_next(peer) for _ in range(2)], name="peer")
+    answering.start()
+    in_thread(lambda: [conn.request("echo") for _ in range(2)])  # the caller left reading free
+    answering.join(WAIT)
+    peer.send({"jsonrpc": "2.0", "method": "note", "params": {}})
+    assert seen.wait(WAIT)  # a pool thread took reading up (the housekeeper, within 1 ms)
+
+
+def test_a_cancel_from_another_thread_stops_a_caller_reading(tapped: tuple[Connection, RawPeer, ThreadTap]) -> None:
+    conn, peer, tap = tapped
+    conn.start()
+    fire: list[Callable[[], None]] = []
+    registered = threading.Event()
+
+    class Source:  # a CancelSource fired from the test thread
+        def on_cancel(self, callback: Callable[[], None]) -> Callable[[], None]:
+            fire.append(callback)
+            registered.set()
+            return lambda: None
+
+    def calls() -> Any:
+        conn.request("warm-up")  # answered: reading is left to this thread
+        return conn.request("slow", timeout=None, cancel=Source())
+
+    outcome: list[Any] = []
+    caller = threading.Thread(target=lambda: outcome.append(_raised(calls)), name="caller")
+    caller.start()
+    answer_next(peer)
+    assert peer.recv()["method"] == "slow"
+    assert registered.wait(WAIT)
+    fire[0]()  # the caller is blocked reading (the peer never answers): it must wake
+    caller.join(WAIT)
+    assert not caller.is_alive()
+    assert type(outcome[0]) is RequestCancelledError
+    assert peer.recv()["method"] == "$/cancel_request"
+    # Reading went back to a pool thread: the connection goes on.
+    answering = threading.Thread(target=lambda: answer_next(peer, "again"), name="peer")
+    answering.start()
+    assert conn.request("echo") == "again"
+    answering.join(WAIT)
+
+
+def test_a_caller_reading_times_out_and_hands_reading_back(tapped: tuple[Connection, RawPeer, ThreadTap]) -> None:
+    conn, peer, tap = tapped
+    conn.start()
+
+    def calls() -> Any:
+        conn.request("warm-up")
+        try:
+            conn.request("silent", timeout=0.2)
+        except RequestTimeoutError as exc:
+            return exc
+        return None
+
+    answering = threading.Thread(target=lambda: answer_next(peer), name="peer")
+    answering.start()
+    assert isinstance(in_thread(calls), RequestTimeoutError)
+    answering.join(WAIT)
+    assert peer.recv()["method"] == "silent"
+    assert peer.recv()["method"] == "$/cancel_request"
+    answering = threading.Thread(target=lambda: answer_next(peer, "later"), name="peer")
+    answering.start()
+    assert conn.request("echo") == "later"  # (from the main thread: a pool thread reads)
+    answering.join(WAIT)
+
+
+def test_close_wakes_a_caller_reading(tapped: tuple[Connection, RawPeer, ThreadTap]) -> None:
+    conn, peer, tap = tapped
+    conn.start()
+    outcome: list[Any] = []
+
+    def calls() -> Any:
+        conn.request("warm-up")
+        return conn.request("never", timeout=None)
+
+    caller = threading.Thread(target=lambda: outcome.append(_raised(calls)), name="caller")
+    caller.start()
+    answer_next(peer)
+    assert peer.recv()["method"] == "never"  # the caller now reads for it
+    conn.close()
+    caller.join(WAIT)
+    assert not caller.is_alive()
+    assert type(outcome[0]) is ConnectionClosedError
+
+
+def test_an_answer_queued_behind_notifications_comes_after_them(tapped: tuple[Connection, RawPeer, ThreadTap]) -> None:
+    conn, peer, tap = tapped
+    handled: list[int] = []
+    release = threading.Event()
+
+    def on_note(params: Any) -> None:
+        release.wait(WAIT)  # the first holds the queue: the answer waits behind all of them
+        handled.append(params["i"])
+
+    conn.on_notification("note", on_note)
+    conn.start()
+
+    def calls() -> Any:
+        conn.request("warm-up")
+        return conn.request("after-notes"), list(handled)
+
+    outcome: list[Any] = []
+    caller = threading.Thread(target=lambda: outcome.append(_raised(calls)), name="caller")
+    caller.start()
+    answer_next(peer)
+    msg = peer.recv()
+    notes = b"".join(json.dumps({"jsonrpc": "2.0", "method": "note", "params": {"i": i}}).encode() + b"\n"
+                     for i in range(5))
+    peer.send(notes + json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": "done"}).encode() + b"\n")
+    release.set()
+    caller.join(WAIT)
+    assert not caller.is_alive()
+    assert outcome[0] == ("done", [0, 1, 2, 3, 4])  # every earlier notification handled first
+
+
+def test_a_handler_on_the_parked_reader_reads_for_its_own_calls(no_thread_leak: None) -> None:
+    a_side, b_side = memory_pair()
+    tap = ThreadTap()
+    agent = Connection(a_side, name="agent", request_timeout=WAIT, wire_tap=tap, wait_spin=0)
+    client = Connection(b_side, name="client", request_timeout=WAIT, wait_spin=0)
+    threads: list[int] = []
+
+    def prompt(params: Any, call: InboundCall) -> Any:
+        threads.append(threading.get_ident())
+        return [agent.request("fs/read", {"n": n}) for n in range(3)]
+
+    agent.on_request("prompt", prompt)
+    client.on_request("fs/read", lambda params, call: params["n"] * 10)
+    agent.start()
+    client.start()
+    try:
+        assert client.request("prompt") == [0, 10, 20]
+        handler = threads[0]
+        prompt_reader = next(ident for msg, ident in tap.read_by if msg.get("method") == "prompt")
+        assert handler == prompt_reader  # run on the reader (leader/follower)...
+        assert tap.readers_of_answers("fs/read") == [handler] * 3  # ...which read its answers too
+    finally:
+        client.close()
+        agent.close()
+
+
+def test_read_within_times_out_is_interrupted_and_still_reads(no_thread_leak: None) -> None:
+    ours, theirs = memory_pair()
+    assert isinstance(ours, FdTransport)
+    try:
+        assert ours.read_within(0.01) is None  # nothing came
+        ours.interrupt_read()
+        assert ours.read_within(None) is None  # interrupted at once
+        ours.interrupt_read()  # an interrupt a plain read() does not stop for:
+        theirs.write(b"line\n")
+        assert ours.read() == b"line\n"
+        assert ours.read_within(0.01) is None  # (and it was drained)
+        ours.close()
+        assert ours.read_within(WAIT) == b""
+    finally:
+        ours.close()
+        theirs.close()
+
+
+def _raised(fn: Callable[[], Any]) -> Any:
+    try:
+        return fn()
+    except BaseException as exc:  # noqa: BLE001 - handed to the test
+        return exc
+
+
+def test_a_transport_whose_read_is_overridden_is_read_through_it(no_thread_leak: None) -> None:
+    ours, theirs = memory_pair()
+    seen = bytearray()
+
+    class Recording(type(ours)):  # type: ignore[misc]  # a user's subclass that records reads
+        def read(self) -> bytes:
+            data = super().read()
+            seen.extend(data)
+            return data
+
+    ours.__class__ = Recording
+    conn = Connection(ours, name="engine", request_timeout=WAIT, wait_spin=0)
+    peer = RawPeer(theirs)
+    conn.start()
+    try:
+        answering = threading.Thread(target=lambda: [answer_next(peer, i) for i in range(3)], name="peer")
+        answering.start()
+        assert in_thread(lambda: [conn.request("echo") for _ in range(3)]) == [0, 1, 2]
+        answering.join(WAIT)
+        assert seen.count(b"\n") == 3  # every answer went through the override
+    finally:
+        conn.close()
+        peer.close()
