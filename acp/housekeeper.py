@@ -63,6 +63,9 @@ class Housekeeper:
         self._timers: list[tuple[float, int, TimerHandle]] = []
         self._seq = itertools.count()
         self._stopped = False
+        # A wake-up not yet taken (under the condition's lock): one that comes while the
+        # thread is not waiting (starting, or busy with a look) is kept, not lost.
+        self._woken = False
         self.watching = False
         """True while the thread looks at the watched condition again and again: a condition
         that starts needs no poke then. Set False before each look, so that one that starts
@@ -100,6 +103,7 @@ class Housekeeper:
 
     def _wake(self) -> None:
         # (under the condition's lock)
+        self._woken = True
         if self._thread is None:
             if self._stopped:
                 return
@@ -124,8 +128,11 @@ class Housekeeper:
                             wake = when
                     if wake is not None and wake <= now:
                         break
-                    notified = cond.wait(None if wake is None else wake - now)
-                    if notified:
+                    if not self._woken:
+                        cond.wait(None if wake is None else wake - now)
+                    if self._woken:
+                        self._woken = False
+                        notified = True
                         break  # something new (a deadline, a park to watch): look again
                 if self._stopped:
                     return
