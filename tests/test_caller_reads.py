@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from acp import connection as connection_module
 from acp.connection import Connection, InboundCall
 from acp.errors import ConnectionClosedError, RequestCancelledError, RequestTimeoutError
 from acp.transport import memory_pair
@@ -78,7 +79,15 @@ def answer_next(peer: RawPeer, result: Any = "ok") -> dict[str, Any]:
     return msg
 
 
-def test_a_caller_thread_reads_its_own_answers_after_the_first(tapped: tuple[Connection, RawPeer, ThreadTap]) -> None:
+@pytest.fixture
+def no_hand_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reading left free (or parked) is not handed to a pool thread after 1 ms: who reads is
+    then up to the callers alone, however slowly a loaded machine runs them."""
+    monkeypatch.setattr(connection_module, "_PARK_LIMIT", WAIT)
+
+
+def test_a_caller_thread_reads_its_own_answers_after_the_first(tapped: tuple[Connection, RawPeer, ThreadTap],
+                                                               no_hand_over: None) -> None:
     conn, peer, tap = tapped
     conn.start()
     answering = threading.Thread(target=lambda: [answer_next(peer, i) for i in range(4)], name="peer")
@@ -226,7 +235,7 @@ def test_an_answer_queued_behind_notifications_comes_after_them(tapped: tuple[Co
     assert outcome[0] == ("done", [0, 1, 2, 3, 4])  # every earlier notification handled first
 
 
-def test_a_handler_on_the_parked_reader_reads_for_its_own_calls(no_thread_leak: None) -> None:
+def test_a_handler_on_the_parked_reader_reads_for_its_own_calls(no_thread_leak: None, no_hand_over: None) -> None:
     a_side, b_side = memory_pair()
     tap = ThreadTap()
     agent = Connection(a_side, name="agent", request_timeout=WAIT, wire_tap=tap, wait_spin=0)
