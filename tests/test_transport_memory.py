@@ -320,3 +320,33 @@ def test_regular_file_and_blocking_pipe_modes(tmp_path: Any) -> None:
         pipe_out.close_write()
         assert t.read() == b""
     assert path.read_bytes() == payload
+
+
+def test_a_close_cut_short_by_ctrl_c_never_closes_an_fd_twice() -> None:
+    # A KeyboardInterrupt in the main thread can come right after an fd was closed. The next
+    # release (the reader's, on its way out) must not close that number again: by then it may
+    # be another file's (a check's temporary folder lost a directory fd that way).
+    r, w = os.pipe()
+    os.set_blocking(r, False)
+
+    class Interrupted(FdTransport):
+        cut = True
+
+        def _fd_released(self, fd: int) -> None:
+            super()._fd_released(fd)
+            if self.cut:
+                self.cut = False
+                raise KeyboardInterrupt
+
+    transport = Interrupted(r, None)
+    with pytest.raises(KeyboardInterrupt):
+        transport.close()
+    reused_r, reused_w = os.pipe()  # the lowest free numbers: most likely the ones just closed
+    try:
+        transport._release()  # the reader's release on its way out
+        os.fstat(reused_r)
+        os.fstat(reused_w)  # both still open
+    finally:
+        os.close(reused_r)
+        os.close(reused_w)
+        os.close(w)

@@ -267,29 +267,29 @@ class FdTransport:
     def _release_locked(self) -> None:
         # Release every fd that is finished with and that no thread is inside (see module doc):
         # a side's lock that cannot be taken means a thread is inside, and it calls this again
-        # on its way out.
-        if self._closed and self._read_fd is not None:
-            self._read_fd = self._release_idle(self._read_fd, self._reading)
-        if self._write_closed and self._write_fd is not None:
-            self._write_fd = self._release_idle(self._write_fd, self._writing)
+        # on its way out. Each fd is forgotten before it is closed: an exception raised in
+        # between (a Ctrl-C in the main thread) then leaks it, where the other order let the
+        # next release close it again, by then perhaps another file's (a reused number).
+        if self._closed and self._read_fd is not None and self._reading.acquire(False):
+            try:
+                fd, self._read_fd = self._read_fd, None
+                self._fd_released(fd)
+            finally:
+                self._reading.release()
+        if self._write_closed and self._write_fd is not None and self._writing.acquire(False):
+            try:
+                fd, self._write_fd = self._write_fd, None
+                self._fd_released(fd)
+            finally:
+                self._writing.release()
         # Polled beside either fd: closed once both are released (a call that starts later
         # finds its fd gone and never polls).
         if self._closed and self._read_fd is None and self._write_fd is None and self._wake_r >= 0:
-            for fd in (self._wake_r, self._wake_w, self._intr_r, self._intr_w):
+            fds = (self._wake_r, self._wake_w, self._intr_r, self._intr_w)
+            self._wake_r = self._wake_w = self._intr_r = self._intr_w = -1
+            for fd in fds:
                 if fd >= 0:
                     os.close(fd)
-            self._wake_r = self._wake_w = self._intr_r = self._intr_w = -1
-
-    def _release_idle(self, fd: int, side: threading.Lock) -> int | None:
-        """(Under the lock.) Release ``fd`` and return None if no thread is inside a call on it
-        (``side``: its side's lock); else return it, left to that thread."""
-        if not side.acquire(False):
-            return fd
-        try:
-            self._fd_released(fd)
-        finally:
-            side.release()
-        return None
 
     def _fd_released(self, fd: int) -> None:
         """(Under the lock.) No thread is or will be inside a call on ``fd``: close it if owned.
