@@ -20,7 +20,7 @@ from acp.connection import Connection, InboundCall
 from acp.errors import ConnectionClosedError, RequestCancelledError, RequestTimeoutError
 from acp.transport import memory_pair
 from acp.transport.fd import FdTransport
-from tests.helpers.fault_support import RawPeer
+from tests.helpers.fault_support import ManualCancel, RawPeer
 
 WAIT = 10.0
 
@@ -131,26 +131,19 @@ def test_reading_left_free_is_taken_up_when_nobody_calls(tapped: tuple[Connectio
 def test_a_cancel_from_another_thread_stops_a_caller_reading(tapped: tuple[Connection, RawPeer, ThreadTap]) -> None:
     conn, peer, tap = tapped
     conn.start()
-    fire: list[Callable[[], None]] = []
-    registered = threading.Event()
-
-    class Source:  # a CancelSource fired from the test thread
-        def on_cancel(self, callback: Callable[[], None]) -> Callable[[], None]:
-            fire.append(callback)
-            registered.set()
-            return lambda: None
+    source = ManualCancel()  # fired from the test thread
 
     def calls() -> Any:
         conn.request("warm-up")  # answered: reading is left to this thread
-        return conn.request("slow", timeout=None, cancel=Source())
+        return conn.request("slow", timeout=None, cancel=source)
 
     outcome: list[Any] = []
     caller = threading.Thread(target=lambda: outcome.append(_raised(calls)), name="caller")
     caller.start()
     answer_next(peer)
     assert peer.recv()["method"] == "slow"
-    assert registered.wait(WAIT)
-    fire[0]()  # the caller is blocked reading (the peer never answers): it must wake
+    assert source.registered.wait(WAIT)
+    source.fire()  # the caller is blocked reading (the peer never answers): it must wake
     caller.join(WAIT)
     assert not caller.is_alive()
     assert type(outcome[0]) is RequestCancelledError

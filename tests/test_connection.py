@@ -7,7 +7,7 @@ import gc
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout  # not the builtin before 3.11
 from typing import Any
@@ -23,6 +23,7 @@ from acp.errors import (
 )
 from acp.transport import memory_pair
 from acp.transport.base import Transport
+from tests.helpers.fault_support import ManualCancel
 from tests.helpers.one_go import chunk_line, count_reads_in_one_go, lenient_line
 
 WAIT = 10.0
@@ -389,28 +390,21 @@ def test_a_polling_request_still_times_out_within_its_timeout(polling: tuple[Con
 def test_a_polling_request_is_cancelled_at_once(polling: tuple[Connection, RawPeer]) -> None:
     conn, peer = polling
     conn.start()
-    fire: list[Callable[[], None]] = []
-    registered = threading.Event()
-
-    class Source:  # a CancelSource fired from the test thread
-        def on_cancel(self, callback: Callable[[], None]) -> Callable[[], None]:
-            fire.append(callback)
-            registered.set()
-            return lambda: None
+    source = ManualCancel()  # fired from the test thread
 
     errors: list[BaseException] = []
 
     def call() -> None:
         try:
-            conn.request("slow", timeout=None, cancel=Source())
+            conn.request("slow", timeout=None, cancel=source)
         except BaseException as exc:
             errors.append(exc)
 
     thread = threading.Thread(target=call, name="caller")
     thread.start()
     assert peer.recv()["method"] == "slow"  # sent...
-    assert registered.wait(WAIT)  # ...and the caller registered its cancel (it polls now)
-    fire[0]()
+    assert source.registered.wait(WAIT)  # ...and the caller registered its cancel (it polls now)
+    source.fire()
     thread.join(WAIT)
     assert not thread.is_alive()
     assert [type(e) for e in errors] == [RequestCancelledError]

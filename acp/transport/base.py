@@ -20,6 +20,10 @@ class Transport(Protocol):
 
     Threading: one thread reads at a time and one thread writes at a time (the engine
     serialises both); :meth:`close` and :meth:`close_write` may be called from any thread.
+    A transport may also have ``read_within(timeout) -> bytes | None`` (None: the timeout
+    passed) and ``interrupt_read()`` (the read under way returns None at once), as
+    :class:`~acp.transport.FdTransport` has: a thread waiting for an answer then reads it
+    itself (docs/threading.md).
     """
 
     def read(self) -> bytes:

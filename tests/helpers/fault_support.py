@@ -134,3 +134,21 @@ def wait_for_threads(before: set[threading.Thread], allowed: Iterable[threading.
         if thread not in allowed_set and thread is not threading.current_thread():
             thread.join(max(0.0, deadline - time.monotonic()))
     return [t for t in new_threads(before) if t not in allowed_set and t is not threading.current_thread()]
+
+
+class ManualCancel:
+    """A CancelSource (``on_cancel(fn) -> unregister``) that the test fires by hand."""
+
+    def __init__(self) -> None:
+        self.callbacks: list[Any] = []
+        self.registered = threading.Event()
+
+    def on_cancel(self, callback: Any) -> Any:
+        self.callbacks.append(callback)
+        self.registered.set()
+        return lambda: None
+
+    def fire(self) -> None:
+        for callback in self.callbacks:
+            callback()
+
