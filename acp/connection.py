@@ -891,9 +891,10 @@ class Connection:
         """Let go of reading with nobody reading: the next waiting caller takes it
         (request), else the housekeeper hands it to a pool thread after _PARK_LIMIT."""
         now = time.monotonic()
-        self._freed_at = now
-        self._last_park = now
-        self._reading_free = True
+        with self._park_lock:  # (taken under it too: no reliance on the GIL)
+            self._freed_at = now
+            self._last_park = now
+            self._reading_free = True
         if not self._house.watching:
             self._house.poke()
 
