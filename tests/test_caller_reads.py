@@ -20,7 +20,7 @@ from acp.connection import Connection, InboundCall
 from acp.errors import ConnectionClosedError, RequestCancelledError, RequestTimeoutError
 from acp.transport import memory_pair
 from acp.transport.fd import FdTransport
-from tests.helpers.fault_support import ManualCancel, RawPeer
+from tests.helpers.fault_support import ManualCancel, RawPeer, in_thread, outcome
 
 WAIT = 10.0
 
@@ -56,21 +56,10 @@ def tapped(no_thread_leak: None) -> Iterator[tuple[Connection, RawPeer, ThreadTa
     peer.close()
 
 
-def in_thread(fn: Callable[[], Any]) -> Any:
-    """Run ``fn`` on a thread of its own (the main thread never reads) and return its result."""
-    out: list[Any] = []
-
-    def run() -> None:
-        try:
-            out.append(fn())
-        except BaseException as exc:  # noqa: BLE001 - handed to the test
-            out.append(exc)
-
-    thread = threading.Thread(target=run, name="caller")
-    thread.start()
-    thread.join(WAIT)
-    assert not thread.is_alive()
-    return out[0]
+def called_in_thread(fn: Callable[[], Any]) -> Any:
+    """``fn()`` called on a thread of its own (the main thread never reads): its result, or
+    the exception it raised."""
+    return outcome(in_thread(fn, "caller")[0])
 
 
 def answer_next(peer: RawPeer, result: Any = "ok") -> dict[str, Any]:
@@ -96,7 +85,7 @@ def test_a_caller_thread_reads_its_own_answers_after_the_first(tapped: tuple[Con
     def calls() -> tuple[int, list[Any]]:
         return threading.get_ident(), [conn.request("echo", {"i": i}) for i in range(4)]
 
-    caller, results = in_thread(calls)
+    caller, results = called_in_thread(calls)
     answering.join(WAIT)
     assert results == [0, 1, 2, 3]
     readers = tap.readers_of_answers("echo")
@@ -122,7 +111,7 @@ def test_reading_left_free_is_taken_up_when_nobody_calls(tapped: tuple[Connectio
     conn.start()
     answering = threading.Thread(target=lambda: [answer_next(peer) for _ in range(2)], name="peer")
     answering.start()
-    in_thread(lambda: [conn.request("echo") for _ in range(2)])  # the caller left reading free
+    called_in_thread(lambda: [conn.request("echo") for _ in range(2)])  # the caller left reading free
     answering.join(WAIT)
     peer.send({"jsonrpc": "2.0", "method": "note", "params": {}})
     assert seen.wait(WAIT)  # a pool thread took reading up (the housekeeper, within 1 ms)
@@ -137,16 +126,12 @@ def test_a_cancel_from_another_thread_stops_a_caller_reading(tapped: tuple[Conne
         conn.request("warm-up")  # answered: reading is left to this thread
         return conn.request("slow", timeout=None, cancel=source)
 
-    outcome: list[Any] = []
-    caller = threading.Thread(target=lambda: outcome.append(_raised(calls)), name="caller")
-    caller.start()
+    call, _ = in_thread(calls, "caller")
     answer_next(peer)
     assert peer.recv()["method"] == "slow"
     assert source.registered.wait(WAIT)
     source.fire()  # the caller is blocked reading (the peer never answers): it must wake
-    caller.join(WAIT)
-    assert not caller.is_alive()
-    assert type(outcome[0]) is RequestCancelledError
+    assert type(outcome(call)) is RequestCancelledError
     assert peer.recv()["method"] == "$/cancel_request"
     # Reading went back to a pool thread: the connection goes on.
     answering = threading.Thread(target=lambda: answer_next(peer, "again"), name="peer")
@@ -169,7 +154,7 @@ def test_a_caller_reading_times_out_and_hands_reading_back(tapped: tuple[Connect
 
     answering = threading.Thread(target=lambda: answer_next(peer), name="peer")
     answering.start()
-    assert isinstance(in_thread(calls), RequestTimeoutError)
+    assert isinstance(called_in_thread(calls), RequestTimeoutError)
     answering.join(WAIT)
     assert peer.recv()["method"] == "silent"
     assert peer.recv()["method"] == "$/cancel_request"
@@ -182,20 +167,16 @@ def test_a_caller_reading_times_out_and_hands_reading_back(tapped: tuple[Connect
 def test_close_wakes_a_caller_reading(tapped: tuple[Connection, RawPeer, ThreadTap]) -> None:
     conn, peer, tap = tapped
     conn.start()
-    outcome: list[Any] = []
 
     def calls() -> Any:
         conn.request("warm-up")
         return conn.request("never", timeout=None)
 
-    caller = threading.Thread(target=lambda: outcome.append(_raised(calls)), name="caller")
-    caller.start()
+    call, _ = in_thread(calls, "caller")
     answer_next(peer)
     assert peer.recv()["method"] == "never"  # the caller now reads for it
     conn.close()
-    caller.join(WAIT)
-    assert not caller.is_alive()
-    assert type(outcome[0]) is ConnectionClosedError
+    assert type(outcome(call)) is ConnectionClosedError
 
 
 def test_an_answer_queued_behind_notifications_comes_after_them(tapped: tuple[Connection, RawPeer, ThreadTap]) -> None:
@@ -214,18 +195,14 @@ def test_an_answer_queued_behind_notifications_comes_after_them(tapped: tuple[Co
         conn.request("warm-up")
         return conn.request("after-notes"), list(handled)
 
-    outcome: list[Any] = []
-    caller = threading.Thread(target=lambda: outcome.append(_raised(calls)), name="caller")
-    caller.start()
+    call, _ = in_thread(calls, "caller")
     answer_next(peer)
     msg = peer.recv()
     notes = b"".join(json.dumps({"jsonrpc": "2.0", "method": "note", "params": {"i": i}}).encode() + b"\n"
                      for i in range(5))
     peer.send(notes + json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": "done"}).encode() + b"\n")
     release.set()
-    caller.join(WAIT)
-    assert not caller.is_alive()
-    assert outcome[0] == ("done", [0, 1, 2, 3, 4])  # every earlier notification handled first
+    assert outcome(call) == ("done", [0, 1, 2, 3, 4])  # every earlier notification handled first
 
 
 def test_a_handler_on_the_parked_reader_reads_for_its_own_calls(no_thread_leak: None, no_hand_over: None) -> None:
@@ -272,20 +249,13 @@ def test_read_within_times_out_is_interrupted_and_still_reads(no_thread_leak: No
         theirs.close()
 
 
-def _raised(fn: Callable[[], Any]) -> Any:
-    try:
-        return fn()
-    except BaseException as exc:  # noqa: BLE001 - handed to the test
-        return exc
-
-
 def test_a_transport_whose_read_is_overridden_is_read_through_it(no_thread_leak: None) -> None:
     ours, theirs = memory_pair()
     seen = bytearray()
 
     class Recording(type(ours)):  # type: ignore[misc]  # a user's subclass that records reads
         def read(self) -> bytes:
-            data = super().read()
+            data: bytes = super().read()
             seen.extend(data)
             return data
 
@@ -296,7 +266,7 @@ def test_a_transport_whose_read_is_overridden_is_read_through_it(no_thread_leak:
     try:
         answering = threading.Thread(target=lambda: [answer_next(peer, i) for i in range(3)], name="peer")
         answering.start()
-        assert in_thread(lambda: [conn.request("echo") for _ in range(3)]) == [0, 1, 2]
+        assert called_in_thread(lambda: [conn.request("echo") for _ in range(3)]) == [0, 1, 2]
         answering.join(WAIT)
         assert seen.count(b"\n") == 3  # every answer went through the override
     finally:

@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -37,35 +37,18 @@ from acp.transport import ProcessTransport, memory_pair
 
 from .conftest import helper_argv
 from .helpers.fault_agent import build_agent
-from .helpers.fault_support import WAIT, RawPeer, new_threads, size, wait_for_threads
+from .helpers.fault_support import (
+    WAIT,
+    RawPeer,
+    in_thread,
+    new_threads,
+    outcome,
+    size,
+    wait_for_threads,
+)
 
 # ---------------------------------------------------------------------------------------------
 # helpers
-
-
-def in_thread(fn: Callable[[], Any], name: str = "test-call") -> tuple[Future[Any], threading.Thread]:
-    """Run ``fn`` on a new thread; its outcome lands in the returned Future."""
-    future: Future[Any] = Future()
-
-    def run() -> None:
-        try:
-            future.set_result(fn())
-        except BaseException as exc:
-            future.set_exception(exc)
-
-    thread = threading.Thread(target=run, name=name, daemon=True)
-    thread.start()
-    return future, thread
-
-
-def outcome(future: Future[Any], timeout: float = WAIT) -> Any:
-    """The result or the exception of ``future`` (an exception instance is returned, not raised)."""
-    try:
-        return future.result(timeout)
-    except Exception as exc:  # noqa: BLE001 - the tests look at the type
-        if isinstance(exc, TimeoutError) and not future.done():
-            raise AssertionError(f"the call did not end within {timeout} s") from None
-        return exc
 
 
 class Recorder:

@@ -11,7 +11,8 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future
 from typing import Any
 
 from acp.transport.base import Transport
@@ -152,3 +153,27 @@ class ManualCancel:
         for callback in self.callbacks:
             callback()
 
+
+def in_thread(fn: Callable[[], Any], name: str = "test-call") -> tuple[Future[Any], threading.Thread]:
+    """Run ``fn`` on a new thread; its outcome lands in the returned Future."""
+    future: Future[Any] = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(fn())
+        except BaseException as exc:
+            future.set_exception(exc)
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+    return future, thread
+
+
+def outcome(future: Future[Any], timeout: float = WAIT) -> Any:
+    """The result or the exception of ``future`` (an exception instance is returned, not raised)."""
+    try:
+        return future.result(timeout)
+    except Exception as exc:  # noqa: BLE001 - the tests look at the type
+        if isinstance(exc, TimeoutError) and not future.done():
+            raise AssertionError(f"the call did not end within {timeout} s") from None
+        return exc
