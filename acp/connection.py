@@ -160,7 +160,7 @@ class Connection:
         # Bytes the scheduler produced, not yet written (under _lock); whoever holds _wlock
         # writes them, in order (see _write_out).
         self._wlock = threading.Lock()
-        self._out: list[bytes] = []
+        self._out: list[bytes | bytearray] = []
         self._out_size = 0
         self._write_failed: ConnectionClosedError | None = None
         # A tap sees every line (imported only when asked for: a debugging aid).
@@ -551,7 +551,7 @@ class Connection:
 
     # ------------------------------------------------------------------ writing
 
-    def _emit(self, produce: Callable[..., bytes | None], *args: Any) -> bytes | None:
+    def _emit(self, produce: Callable[..., bytes | bytearray | None], *args: Any) -> bytes | bytearray | None:
         """Call the scheduler's ``produce(*args)`` and write the bytes it returns, in the
         order it produced them. Returns them (None: the scheduler had nothing to send)."""
         lock = self._lock
@@ -565,7 +565,7 @@ class Connection:
             self._write_out(mine)
         return data
 
-    def _queue_out(self, data: bytes) -> bytes | None:
+    def _queue_out(self, data: bytes | bytearray) -> bytes | bytearray | None:
         """(Under ``_lock``.) ``data`` is next in line: returned when this thread may write it
         at once (nothing waits before it and the write lock was free: now held), else queued
         for whoever writes (None)."""
@@ -575,7 +575,7 @@ class Connection:
         self._out_size += len(data)
         return None
 
-    def _write_out(self, mine: bytes | None) -> None:
+    def _write_out(self, mine: bytes | bytearray | None) -> None:
         """Write what the scheduler produced, in order: ``mine`` first when this thread holds
         the write lock already (see _queue_out). Whoever holds the write lock writes every
         thread's bytes: a thread that finds it held leaves its bytes to that writer instead of
@@ -606,7 +606,7 @@ class Connection:
                 return
             data = None
 
-    def _take_out(self) -> bytes:
+    def _take_out(self) -> bytes | bytearray:
         """(The caller holds ``_wlock``.) Every queued byte, oldest first; the queue emptied."""
         lock = self._lock
         lock.acquire()

@@ -344,7 +344,7 @@ class _StreamTransport:
         except (ConnectionError, OSError):
             return b""
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | bytearray) -> None:
         if self._closed or self._writer.is_closing():
             raise ConnectionClosedError("the replay connection is closed")
         self._writer.write(data)

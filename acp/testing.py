@@ -70,7 +70,7 @@ class _LinkedTransport:
     def read(self) -> bytes:
         return self._inner.read()
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | bytearray) -> None:
         self._inner.write(data)
 
     def close_write(self) -> None:

@@ -100,10 +100,12 @@ def tap_read(tap: WireTap, scheduler: Any, data: bytes) -> list[Any]:
     return scheduler.decode_lines(lines)  # type: ignore[no-any-return]
 
 
-def tap_lines(tap: WireTap, direction: str, data: bytes | Iterable[Any]) -> None:
+def tap_lines(tap: WireTap, direction: str, data: bytes | bytearray | Iterable[Any]) -> None:
     """Hand ``tap`` each line of ``data``: written bytes (whole lines, each ending with a
     newline) or the items a framer read (lines; anything else is skipped). A failing tap is
     logged and never stops the connection."""
+    if isinstance(data, bytearray):  # a big batch, handed over uncopied: the tap gets bytes
+        data = bytes(data)
     lines = data.split(b"\n")[:-1] if isinstance(data, bytes) else data
     for line in lines:
         if type(line) is bytes:

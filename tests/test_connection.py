@@ -264,7 +264,7 @@ def test_a_big_line_is_freed_once_handled_not_when_the_next_message_comes(no_thr
                 line_read.set()
             return data
 
-        def write(self, data: bytes) -> None:
+        def write(self, data: bytes | bytearray) -> None:
             ours.write(data)
 
         def close(self) -> None:

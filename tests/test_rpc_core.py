@@ -547,6 +547,29 @@ def test_a_big_batch_is_written_at_once() -> None:
     assert sched.FLUSH_NOW in hints and len(side.sched.data_to_send()) > 0
 
 
+def test_a_batch_of_a_mib_or_more_is_handed_over_uncopied_and_the_next_one_starts_afresh() -> None:
+    side = Side()
+    side.sched.on_request("m", echo)
+    side.sched.notify("small", {})
+    small = side.sched.data_to_send()
+    assert type(small) is bytes and wire(small)[0]["method"] == "small"  # a copy: the buffer stays ours
+    pad = "x" * sched.HAND_OVER_BYTES
+    assert side.sched.notify("big", {"pad": pad}) == sched.FLUSH_NOW
+    big = side.sched.data_to_send()
+    assert type(big) is bytearray  # the buffer itself: a copy would hold the message twice
+    kept = bytes(big)
+    side.sched.notify("next", {})
+    side.receive(request(1, "m"))
+    # The answer after a big batch goes out with it, handed over too.
+    side.sched.notify("big2", {"pad": pad})
+    answer = side.sched.answer(side.started[0][0], {"ok": True})
+    assert type(answer) is bytearray
+    assert big == kept  # later batches never touched the one handed over
+    assert [m.get("method", m.get("id")) for m in wire(bytes(big))] == ["big"]
+    assert [m.get("method", m.get("id")) for m in wire(bytes(answer))] == ["next", "big2", 1]
+    assert side.sched.data_to_send() == b""
+
+
 def test_results_that_cannot_be_encoded_answer_internal_error() -> None:
     side = Side()
     side.sched.on_request("m", echo)

@@ -565,7 +565,7 @@ class AsyncConnection:
 
     # ------------------------------------------------------------------ writing
 
-    def _write_now(self, data: bytes) -> None:
+    def _write_now(self, data: bytes | bytearray) -> None:
         if self._wire_tap is not None:
             self._tap_lines(self._wire_tap, "out", data)
         self._transport.write(data)
@@ -578,7 +578,7 @@ class AsyncConnection:
         """Answer ``call`` with an error now; False when it was answered already."""
         return self._write_answer(self._sched.answer_error(call, code, message, data))
 
-    def _write_answer(self, data: bytes | None) -> bool:
+    def _write_answer(self, data: bytes | bytearray | None) -> bool:
         """Write bytes the scheduler produced for an answer; False when it had none."""
         if data is None:
             return False

@@ -112,6 +112,9 @@ Ordering = Literal["connection", "session"]
 MAX_QUEUED_MESSAGES = 10_000
 #: Batched notifications are written at once when this many bytes wait.
 FLUSH_BYTES = 64 * 1024
+#: A batch at least this big is handed to the runtime as the bytearray it was encoded into,
+#: not copied to bytes: a copy would hold a big message (a 10 MiB update) twice at the peak.
+HAND_OVER_BYTES = 1024 * 1024
 #: What :meth:`Scheduler.notify` returns: nothing to do (the batch already waits for a flush),
 #: flush within the runtime's small bound (the first bytes of a batch), flush now.
 FLUSH_LATER, FLUSH_SOON, FLUSH_NOW = 0, 1, 2
@@ -591,7 +594,7 @@ class Scheduler:
     # ------------------------------------------------------------------ outbound
 
     def send_request(self, method: str, params: Any, result_type: Any, waiter: Any, serial: bool = False,
-                     timeout: float | None = None, now: float = 0.0) -> tuple[Pending, bytes]:
+                     timeout: float | None = None, now: float = 0.0) -> tuple[Pending, bytes | bytearray]:
         """Register a call and return it with the bytes to write now (every batched
         notification, then its line). ``serial``: made while handling an ordered notification
         (the deadlock rule; reading resumes if it was paused). ``timeout``: the scheduler
@@ -610,11 +613,9 @@ class Scheduler:
                 timed = self._deadlines[timeout] = {}
             timed[pending.id] = (now + timeout, pending)
             pending.timeout = timeout
-        buf = self._wbuf
-        if buf:
-            buf += line
-            line = bytes(buf)
-            buf.clear()
+        if self._wbuf:
+            self._wbuf += line
+            return pending, self._take_batch()
         return pending, line
 
     def notify(self, method: str, params: Any) -> int:
@@ -630,11 +631,17 @@ class Scheduler:
             return FLUSH_NOW
         return FLUSH_SOON if first else FLUSH_LATER
 
-    def data_to_send(self) -> bytes:
+    def data_to_send(self) -> bytes | bytearray:
         """Every batched byte, oldest first (b"" when none); empties the batch."""
+        return self._take_batch() if self._wbuf else b""
+
+    def _take_batch(self) -> bytes | bytearray:
+        """The batch, emptied: as bytes, or from HAND_OVER_BYTES on as the bytearray itself
+        (the runtime owns it then; a new one takes its place)."""
         buf = self._wbuf
-        if not buf:
-            return b""
+        if len(buf) >= HAND_OVER_BYTES:
+            self._wbuf = bytearray()
+            return buf
         data = bytes(buf)
         buf.clear()
         return data
@@ -642,33 +649,27 @@ class Scheduler:
     def _buffer(self, line: bytes) -> None:
         self._wbuf += line
 
-    def _with_batch(self, line: bytes | None) -> bytes | None:
+    def _with_batch(self, line: bytes | None) -> bytes | bytearray | None:
         """``line`` after every batched notification, as the bytes to write now."""
-        if line is None:
-            return None
-        buf = self._wbuf
-        if buf:
-            buf += line
-            line = bytes(buf)
-            buf.clear()
-        return line
+        if line is None or not self._wbuf:
+            return line
+        self._wbuf += line
+        return self._take_batch()
 
-    def answer(self, call: InboundRequest, result: Any) -> bytes | None:
+    def answer(self, call: InboundRequest, result: Any) -> bytes | bytearray | None:
         """Answer ``call`` with ``result``: the bytes to write now, or None when it was
         answered already (the result is dropped, logged at DEBUG)."""
         line = self.endpoint.answer(call, result)
-        buf = self._wbuf
-        if buf and line is not None:  # _with_batch, inlined: once per request
-            buf += line
-            line = bytes(buf)
-            buf.clear()
+        if self._wbuf and line is not None:  # _with_batch, inlined: once per request
+            self._wbuf += line
+            return self._take_batch()
         return line
 
-    def answer_error(self, call: InboundRequest, code: int, message: str | None = None, data: Any = None) -> bytes | None:
+    def answer_error(self, call: InboundRequest, code: int, message: str | None = None, data: Any = None) -> bytes | bytearray | None:
         """Answer ``call`` with an error: the bytes to write now, or None (answered already)."""
         return self._with_batch(self.endpoint.answer_error(call, code, message, data))
 
-    def request_failed(self, call: InboundRequest, exc: BaseException) -> bytes | None:
+    def request_failed(self, call: InboundRequest, exc: BaseException) -> bytes | bytearray | None:
         """A request handler raised ``exc``: the answer (bytes to write now) the policy gives
         it, or None (answered already). A RequestError answers with its own code; anything
         else, ``SystemExit`` and ``KeyboardInterrupt`` included, is logged here with its
@@ -684,7 +685,7 @@ class Scheduler:
                            " (sys.exit() in a handler does not end the process)" if isinstance(exc, SystemExit) else "")
         return self._with_batch(self.endpoint.answer_exception(call, exc))
 
-    def request_cancelled(self, call: InboundRequest, answered_elsewhere: bool) -> bytes | None:
+    def request_cancelled(self, call: InboundRequest, answered_elsewhere: bool) -> bytes | bytearray | None:
         """A runtime cancelled a request handler (task cancellation). ``$/cancel_request`` and
         close answered it already; ``answered_elsewhere``: whoever cancelled it through the
         call answers it. Anyone else cancelled it: the peer still gets -32800 (bytes to write
@@ -712,7 +713,7 @@ class Scheduler:
 
     # ------------------------------------------------------------------ giving up on calls
 
-    def abandon(self, pending: Pending, error: BaseException) -> bytes | None:
+    def abandon(self, pending: Pending, error: BaseException) -> bytes | bytearray | None:
         """Give up on a call (its timeout ran out, it was cancelled): ``error`` becomes its
         outcome and the ``$/cancel_request`` goes out (the bytes to write now, b"" once
         closed). None when it was completed already (whoever took it completes it)."""

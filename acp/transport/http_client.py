@@ -406,7 +406,7 @@ class HttpTransport(HttpWire[httpx.Client]):
             size += len(more)
         return b"".join(parts) if len(parts) > 1 else item
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | bytearray) -> None:
         """POST each line of ``data``, in order.
 
         Raises :class:`RemoteConnectionError` when ``initialize`` cannot be delivered (the

@@ -171,7 +171,7 @@ class _LoopTransport:
             size += len(more)
         return b"".join(parts) if len(parts) > 1 else item
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | bytearray) -> None:
         """Hand ``data`` to the loop; never blocks on the network."""
         with self._lock:
             if self._write_closed:
@@ -259,7 +259,7 @@ class _AsgiTransport:
         """What was fed (joined, up to 64 KiB); ``b""`` at end of input."""
         return await self._inbox.read()
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | bytearray) -> None:
         """Route ``data`` now (to the streams waiting for it); never blocks."""
         if self._write_closed:
             raise ConnectionClosedError(f"{self._description}: transport is closed")

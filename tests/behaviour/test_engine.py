@@ -440,6 +440,26 @@ def test_system_exit_in_a_handler_is_answered_and_the_connection_goes_on(make: A
 
 
 @CONCURRENT
+def test_a_message_of_a_mib_or_more_goes_out_whole_in_order_and_tapped_as_bytes(make: Any) -> None:
+    # A batch this big is handed to the transport uncopied (the asyncio one keeps it queued
+    # while the pipe is full): what is batched next must never change it.
+    tapped: list[tuple[type, int]] = []
+    rt, peer = make(wire_tap=lambda direction, line: tapped.append((type(line), len(line))) if direction == "out" else None)
+    rt.start()
+    pad = "x" * rpc_scheduler.HAND_OVER_BYTES
+    rt.notify("big", {"pad": pad})
+    rt.notify("small", {"i": 1})
+    asked = rt.request_later("ask", {"i": 2})
+    assert peer.recv() == {"jsonrpc": "2.0", "method": "big", "params": {"pad": pad}}
+    assert peer.recv() == {"jsonrpc": "2.0", "method": "small", "params": {"i": 1}}
+    request = peer.recv()
+    assert (request["method"], request["params"]) == ("ask", {"i": 2})
+    peer.send({"id": request["id"], "result": {"ok": True}})
+    assert asked.result(WAIT) == {"ok": True}
+    assert [t for t, _ in tapped] == [bytes, bytes, bytes] and tapped[0][1] > rpc_scheduler.HAND_OVER_BYTES
+
+
+@CONCURRENT
 def test_a_call_answered_early_is_answered_once(make: Any) -> None:
     rt, peer = make()
 

@@ -104,7 +104,7 @@ class PipeTransport:
             self._rt.resume_reading()
         return data
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | bytearray) -> None:
         if self._closed or self._write_lost or self._wt is None or self._wt.is_closing():
             raise ConnectionClosedError("connection closed")
         self._wt.write(data)

@@ -66,7 +66,7 @@ class PullOnly:
     async def read(self) -> bytes:
         return await self._inner.read()
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | bytearray) -> None:
         self._inner.write(data)
 
     async def drain(self) -> None:

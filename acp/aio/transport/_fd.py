@@ -105,7 +105,7 @@ class FdTransport:
         self._reader: asyncio.Future[None] | None = None  # a read waiting for the fd
         self._write_closed = write_fd is None
         self._lost: OSError | None = None  # the error that said the peer is gone
-        self._chunks: deque[bytes | memoryview] = deque()  # written, not yet taken by the fd
+        self._chunks: deque[bytes | bytearray | memoryview] = deque()  # written, not yet taken by the fd
         self._buffered = 0
         self._watching_write = False
         self._paused = False  # more than _HIGH_WATER buffered: drain() waits
@@ -167,15 +167,13 @@ class FdTransport:
             _log.debug("%s: end of input", self._description)
         return data
 
-    def write(self, data: bytes) -> None:
-        """Queue all of ``data``; never blocks. ``ConnectionClosedError`` if this side was
-        closed or the peer is gone."""
+    def write(self, data: bytes | bytearray) -> None:
+        """Queue all of ``data`` (ours once passed: a bytearray is kept as it is, not copied);
+        never blocks. ``ConnectionClosedError`` if this side was closed or the peer is gone."""
         if self._write_closed or self._closed:
             raise ConnectionClosedError(f"{self._description}: transport is closed")
         if self._lost is not None:
             raise ConnectionClosedError(f"{self._description}: peer closed the stream") from self._lost
-        if type(data) is not bytes:  # a caller's bytearray may change after we return
-            data = bytes(data)
         if not data:
             return
         fd = self._write_fd
@@ -183,7 +181,7 @@ class FdTransport:
         if self._write_mode == _ALWAYS_READY:
             self._write_through(fd, data)
             return
-        view: bytes | memoryview = data
+        view: bytes | bytearray | memoryview = data
         if not self._chunks and self._write_mode == _NONBLOCKING:
             try:
                 written = os.write(fd, data)
@@ -413,7 +411,7 @@ class FdTransport:
                 self._loop.remove_reader(fd)
                 self._reader = None
 
-    def _write_through(self, fd: int, data: bytes) -> None:
+    def _write_through(self, fd: int, data: bytes | bytearray) -> None:
         # A regular file never waits on a peer: write it all now.
         view = memoryview(data)
         offset = 0

@@ -28,8 +28,11 @@ class AsyncTransport(Protocol):
         """
         ...
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | bytearray) -> None:
         """Queue all of ``data`` for writing, in order; never blocks.
+
+        ``data`` is the transport's once passed: the engine never changes it afterwards (a
+        batch of a MiB or more comes as the bytearray it was encoded into, not copied to bytes).
 
         Raises :class:`acp.errors.ConnectionClosedError` when the peer is gone or this side was
         closed (:meth:`close` or :meth:`close_write`).

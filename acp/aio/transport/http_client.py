@@ -95,7 +95,7 @@ class AsyncHttpTransport(HttpWire[httpx.AsyncClient]):
         """Wait until the agent sent something; ``b""`` once the connection ended."""
         return await self._inbox.read()
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | bytearray) -> None:
         """Queue a ``POST`` of each line of ``data``, in order; never blocks.
 
         Raises the error that ended the connection (see the class), or

@@ -96,7 +96,7 @@ class MemoryTransport:
             self._wake_drainers()
         return data
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | bytearray) -> None:
         """Hand ``data`` to the peer's read buffer; ConnectionClosedError once either end closed."""
         peer = self._peer
         if self._closed or self._write_closed or peer is None or peer._closed:

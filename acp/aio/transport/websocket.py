@@ -90,7 +90,7 @@ class AsyncWebSocketTransport:
                 return line
         return b""
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | bytearray) -> None:
         """Send each ``\\n``-terminated line of ``data`` as one text frame, now.
 
         Raises :class:`~acp.errors.ConnectionClosedError` once the WebSocket is closed (or
