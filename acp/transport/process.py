@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -22,6 +23,7 @@ from ._child import (
     log_terminating,
 )
 from ._child import log as _log
+from ._descendants import TICK, Descendants
 from .fd import FdTransport
 
 if TYPE_CHECKING:  # subprocess is imported lazily: `import acp` must stay cheap
@@ -44,7 +46,9 @@ class ProcessTransport(ChildFacts, FdTransport):
     * The child stays in our process group (the default): a Ctrl-C in the terminal reaches the
       agent too, and it does not outlive us by accident. ``start_new_session=True`` puts it in a
       session of its own instead, for interactive clients that turn Ctrl-C into
-      ``session/cancel`` (close() still ends it). Its own children are not managed.
+      ``session/cancel`` (close() still ends it). On Linux, what the agent started (a
+      launcher's real agent: ``npx``, npm's ``codex-acp``) is ended along with it by
+      :meth:`close`, step by step as below, even once the agent itself has exited.
     * A missing executable (or ``cwd``) raises ``FileNotFoundError`` naming the command.
 
     :meth:`close` stops the conversation at once (a blocked :meth:`read` returns ``b""``), closes
@@ -89,6 +93,7 @@ class ProcessTransport(ChildFacts, FdTransport):
         self._shutdown_lock = threading.Lock()
         self._shut_down = False
         description = f"process {proc.pid} ({describe_argv(args)})"
+        self._descendants = Descendants(proc.pid, description)
         super().__init__(pipes.stdout_r, pipes.stdin_w, description=description)
         self._stderr = FdTransport(pipes.stderr_r, None, description=f"stderr of process {proc.pid}")
         self._stderr_log = StderrLog(proc.pid)
@@ -131,6 +136,8 @@ class ProcessTransport(ChildFacts, FdTransport):
         with self._shutdown_lock:
             if self._shut_down:
                 return
+            # Before stdin closes: a launcher may exit at its end and leave what it started.
+            self._descendants.look()
             super().close()  # wakes the reader; the child sees EOF on stdin
             self._stop_child()
             self._stop_stderr()
@@ -140,24 +147,34 @@ class ProcessTransport(ChildFacts, FdTransport):
     # -- internals ---------------------------------------------------------------------------
 
     def _stop_child(self) -> None:
-        import subprocess
-
-        proc = self._proc
-        try:
-            proc.wait(self._exit_timeout)
+        # Each step for the child and for what it started alike.
+        proc, descendants = self._proc, self._descendants
+        if self._all_exited_within(self._exit_timeout):
             return
-        except subprocess.TimeoutExpired:
-            pass
-        log_terminating(self.description, self._exit_timeout)
-        proc.terminate()
-        try:
-            proc.wait(self._terminate_timeout)
+        if proc.poll() is None:
+            descendants.look()  # and what it started since
+            log_terminating(self.description, self._exit_timeout)
+            proc.terminate()
+        descendants.signal(signal.SIGTERM)
+        if self._all_exited_within(self._terminate_timeout):
             return
-        except subprocess.TimeoutExpired:
-            pass
-        log_killing(self.description, self._terminate_timeout)
-        proc.kill()
+        if proc.poll() is None:
+            log_killing(self.description, self._terminate_timeout)
+            proc.kill()
+        descendants.signal(signal.SIGKILL)
         proc.wait()
+
+    def _all_exited_within(self, timeout: float) -> bool:
+        """Wait at most ``timeout`` seconds for the child and what it started to exit."""
+        deadline = time.monotonic() + timeout
+        if self.wait(timeout) is None:
+            return False
+        while self._descendants.running():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(TICK, left))  # not our children: nothing to wait() on
+        return True
 
     def _stop_stderr(self) -> None:
         self._stderr_thread.join(self._stderr_timeout)

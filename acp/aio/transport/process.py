@@ -22,6 +22,7 @@ from ...transport._child import (
     log_terminating,
 )
 from ...transport._child import log as _log
+from ...transport._descendants import TICK, Descendants
 from ._fd import FdTransport, _wake
 from .base import READ_CHUNK
 
@@ -63,7 +64,8 @@ class ProcessTransport(ChildFacts, FdTransport):
     :meth:`close` stops the conversation at once (a waiting :meth:`read` returns ``b""``,
     writes are refused), closes our end of the child's stdout and, once the input already
     written has gone into the pipe, the child's stdin; then it waits ``exit_timeout`` seconds for it to exit, sends
-    SIGTERM, waits ``terminate_timeout``, sends SIGKILL, and waits for it; then it waits at
+    SIGTERM, waits ``terminate_timeout``, sends SIGKILL, and waits for it (on Linux, what the
+    child started goes through the same steps, as with the sync transport); then it waits at
     most ``stderr_timeout`` for the rest of stderr (a grandchild may hold the pipe open) and
     closes the pipe. Input the child never took is dropped once it has exited. If the task
     closing is cancelled, the child gets SIGKILL at once. For a
@@ -91,6 +93,7 @@ class ProcessTransport(ChildFacts, FdTransport):
         self._terminate_timeout = terminate_timeout
         self._stderr_timeout = stderr_timeout
         description = f"process {self._pid} ({describe_argv(argv)})"
+        self._descendants = Descendants(self._pid, description)
         super().__init__(pipes.stdout_r, pipes.stdin_w, description=description)
         self._stderr_fd: int | None = pipes.stderr_r
         self._stderr_log = StderrLog(self._pid)
@@ -164,6 +167,8 @@ class ProcessTransport(ChildFacts, FdTransport):
     # -- internals ---------------------------------------------------------------------------
 
     async def _close_steps(self) -> None:
+        # Before stdin closes: a launcher may exit at its end and leave what it started.
+        self._descendants.look()
         self._stop_reading()  # a waiting read returns b""
         self._release_read()  # our end of its stdout
         self.close_write()  # the child sees EOF on stdin once what we wrote is written
@@ -173,6 +178,7 @@ class ProcessTransport(ChildFacts, FdTransport):
                 await asyncio.wait([self._stderr_done], timeout=self._stderr_timeout)
         except BaseException:
             self._signal(signal.SIGKILL)  # interrupted (cancelled): leave no child running
+            self._descendants.signal(signal.SIGKILL)
             raise
         _log.debug("%s: exited with %s", self.description, self.returncode)
 
@@ -186,15 +192,34 @@ class ProcessTransport(ChildFacts, FdTransport):
             self._exited.add_done_callback(lambda _: self._process.close())
 
     async def _stop_child(self) -> None:
-        if await self.wait(self._exit_timeout) is not None:
+        # Each step for the child and for what it started alike (as the sync transport).
+        descendants = self._descendants
+        if await self._all_exited_within(self._exit_timeout):
             return
-        log_terminating(self.description, self._exit_timeout)
-        self._signal(signal.SIGTERM)
-        if await self.wait(self._terminate_timeout) is not None:
+        if not self._exited.done():
+            descendants.look()  # and what it started since
+            log_terminating(self.description, self._exit_timeout)
+            self._signal(signal.SIGTERM)
+        descendants.signal(signal.SIGTERM)
+        if await self._all_exited_within(self._terminate_timeout):
             return
-        log_killing(self.description, self._terminate_timeout)
-        self._signal(signal.SIGKILL)
+        if not self._exited.done():
+            log_killing(self.description, self._terminate_timeout)
+            self._signal(signal.SIGKILL)
+        descendants.signal(signal.SIGKILL)
         await self.wait()
+
+    async def _all_exited_within(self, timeout: float) -> bool:
+        """Wait at most ``timeout`` seconds for the child and what it started to exit."""
+        deadline = self._loop.time() + timeout
+        if await self.wait(timeout) is None:
+            return False
+        while self._descendants.running():
+            left = deadline - self._loop.time()
+            if left <= 0:
+                return False
+            await asyncio.sleep(min(TICK, left))  # not our children: nothing to wait on
+        return True
 
     def _signal(self, signum: int) -> None:
         # os.kill, not the transport's send_signal: Popen.send_signal polls (waitpid) first,
