@@ -29,12 +29,12 @@ What threads add to the scheduler's rules, all about waking threads less often:
   reading to a pool thread only if that handler makes a request of its own or runs longer than
   1 ms (the housekeeper watches). A quick handler costs no thread wake-up at all.
 * A waiting caller reads for itself: reading is a role that one thread holds at a time, and a
-  thread other than the main one that waits for an answer takes it when nobody holds it (or
-  when it is the parked reader itself), so its answer costs no thread wake-up. The reader that
-  completes such a caller's call, with no other call pending, lets go of reading for it; the
-  housekeeper hands reading left free to a pool thread after 1 ms. The main thread never
-  reads: a Ctrl-C raises KeyboardInterrupt there at any point, which must not cut a read's
-  routing in half.
+  thread that waits for an answer takes it when nobody holds it (or when it is the parked
+  reader itself), so its answer costs no thread wake-up. The reader that completes such a
+  caller's call, with no other call pending, lets go of reading for it; the housekeeper hands
+  reading left free to a pool thread after 1 ms. The main thread reads only while a Ctrl-C is
+  held back (:mod:`acp.interruptible`): a KeyboardInterrupt must not cut a read's routing in
+  half; under an application's own SIGINT handler it never reads.
 * A blocking :meth:`Connection.request` may poll for its answer for up to ``wait_spin`` seconds
   (100 µs by default), yielding the CPU, before it sleeps: an answer that comes within that
   time costs no wake-up on the way back. Whether it polls is measured, not assumed
@@ -112,6 +112,7 @@ _FLUSH_NOW = _sched.FLUSH_NOW
 
 _USE_DEFAULT: Any = object()
 _MAIN_THREAD = interruptible.MAIN_THREAD
+_CHECK_EVERY = interruptible.CHECK_EVERY
 
 
 class _ThreadFlags(threading.local):
@@ -406,12 +407,17 @@ class Connection:
         # The waiter is a pre-acquired lock (cheaper than an Event or a Future).
         waiter = threading.Lock()
         waiter.acquire()
-        reads = False
+        reads = main_reads = False
         if self._read_within is not None:
             me = threading.get_ident()
             if me != _MAIN_THREAD:
                 self._heir = waiter  # the reader that completes this call lets go of reading
                 reads = self._take_free_reading() or self._claim_park(me)
+            elif interruptible.can_hold():
+                # The main thread reads only while a Ctrl-C is held back, and so takes reading
+                # once the request is out (a write that waits for the peer stays interruptible).
+                self._heir = waiter
+                main_reads = True
         try:
             pending = self._send_request(method, params, result_type, waiter, None)
         except BaseException:
@@ -425,6 +431,8 @@ class Connection:
                 forget = cancel.on_cancel(lambda: self._give_up(pending, RequestCancelledError))
             if reads:
                 timeout = self._read_for(pending, waiter, timeout)
+            elif main_reads:
+                timeout = self._read_in_main_thread(pending, waiter, timeout)
             # Maybe poll first (acp.polling decides), within the timeout; then sleep for the rest.
             # (A caller that read its answer takes it at once: not a wait for the policy to time.)
             if not (reads and waiter.acquire(False)) and not polling.wait(waiter, self.wait_spin, timeout):
@@ -898,11 +906,28 @@ class Connection:
         if not self._house.watching:
             self._house.poke()
 
-    def _read_for(self, pending: rpc.Pending, waiter: threading.Lock, timeout: float | None) -> float | None:
-        """Read, holding reading, until this call was answered; returns the timeout left.
+    def _read_in_main_thread(self, pending: rpc.Pending, waiter: threading.Lock, timeout: float | None) -> float | None:
+        """The main thread reads for its call if reading is free, holding a Ctrl-C back
+        meanwhile: a KeyboardInterrupt must not cut a read's routing in two (its messages
+        would be lost). It is raised once reading is let go. Returns the timeout left."""
+        if not interruptible.hold():
+            return timeout  # an application's own handler came meanwhile
+        try:
+            if self._take_free_reading():
+                return self._read_for(pending, waiter, timeout, main=True)
+            return timeout
+        finally:
+            interruptible.release()  # raises the KeyboardInterrupt held back, if any
+
+    def _read_for(
+        self, pending: rpc.Pending, waiter: threading.Lock, timeout: float | None, main: bool = False
+    ) -> float | None:
+        """(Holding reading.) Read until ``pending`` was answered; returns the timeout left.
         Reading is let go on the way out: left free by the answer (_receive), ended with the
         input, or handed to a pool thread (the answer waits behind queued messages, the
-        scheduler paused reading, the timeout passed, or something was raised)."""
+        scheduler paused reading, the timeout passed, a Ctrl-C was held back (``main``: reads
+        are then waited for in slices, to see one sent to another thread), or something was
+        raised)."""
         read = self._read_within
         assert read is not None
         sched = self._sched
@@ -916,6 +941,11 @@ class Connection:
                     left = deadline - time.monotonic()
                     if left <= 0:
                         break
+                if main:
+                    if interruptible.withheld():
+                        break
+                    if left is None or left > _CHECK_EVERY:
+                        left = _CHECK_EVERY  # a Ctrl-C sent to another thread is seen within it
                 data = read(left)
                 if data is None:
                     continue  # the timeout passed, or something else completed the call

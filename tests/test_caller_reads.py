@@ -9,6 +9,7 @@ answer queued behind notifications, reading left free with nobody waiting) leave
 from __future__ import annotations
 
 import json
+import signal
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -57,8 +58,8 @@ def tapped(no_thread_leak: None) -> Iterator[tuple[Connection, RawPeer, ThreadTa
 
 
 def called_in_thread(fn: Callable[[], Any]) -> Any:
-    """``fn()`` called on a thread of its own (the main thread never reads): its result, or
-    the exception it raised."""
+    """``fn()`` called on a thread of its own (not the main one, which reads only while it holds
+    a Ctrl-C back): its result, or the exception it raised."""
     return outcome(in_thread(fn, "caller")[0])
 
 
@@ -94,14 +95,90 @@ def test_a_caller_thread_reads_its_own_answers_after_the_first(tapped: tuple[Con
     assert readers[1:] == [caller, caller, caller]
 
 
-def test_the_main_thread_never_reads(tapped: tuple[Connection, RawPeer, ThreadTap]) -> None:
+def test_the_main_thread_reads_its_own_answers_after_the_first(tapped: tuple[Connection, RawPeer, ThreadTap],
+                                                               no_hand_over: None) -> None:
     conn, peer, tap = tapped
     conn.start()
     answering = threading.Thread(target=lambda: [answer_next(peer) for _ in range(3)], name="peer")
     answering.start()
     assert [conn.request("echo") for _ in range(3)] == ["ok"] * 3
     answering.join(WAIT)
+    readers = tap.readers_of_answers("echo")
+    assert readers[0] != threading.get_ident()
+    assert readers[1:] == [threading.get_ident()] * 2
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back each time
+
+
+def test_the_main_thread_never_reads_under_an_applications_own_ctrl_c_handler(
+    tapped: tuple[Connection, RawPeer, ThreadTap], no_hand_over: None
+) -> None:
+    # Its handler may raise anywhere: a read's routing would be cut in two.
+    conn, peer, tap = tapped
+    own = signal.signal(signal.SIGINT, lambda signum, frame: None)
+    try:
+        conn.start()
+        answering = threading.Thread(target=lambda: [answer_next(peer) for _ in range(3)], name="peer")
+        answering.start()
+        assert [conn.request("echo") for _ in range(3)] == ["ok"] * 3
+        answering.join(WAIT)
+    finally:
+        signal.signal(signal.SIGINT, own)
     assert threading.get_ident() not in {ident for _, ident in tap.read_by}
+
+
+def test_a_ctrl_c_while_the_main_thread_routes_a_read_is_raised_after_it(no_thread_leak: None) -> None:
+    # The Ctrl-C comes while the main thread taps the first line of a read of three: the other
+    # two are still routed (the notification is handled), then the KeyboardInterrupt is raised
+    # (the call abandoned, as a Ctrl-C while waiting does), and the connection goes on.
+    ours, theirs = memory_pair()
+    notes: list[int] = []
+    noted = threading.Event()
+    ctrl_c_sent = threading.Event()
+
+    def tap(direction: str, line: bytes) -> None:
+        if direction == "in" and b'"first"' in line and threading.get_ident() == threading.main_thread().ident:
+            ctrl_c_sent.set()
+            signal.raise_signal(signal.SIGINT)  # its handler runs at the next bytecode here
+
+    conn = Connection(ours, name="engine", request_timeout=WAIT, wire_tap=tap, wait_spin=0)
+    conn.on_notification("note", lambda params: (notes.append(params["i"]), noted.set()))
+    peer = RawPeer(theirs)
+    try:
+        conn.start()
+        first = threading.Thread(target=lambda: answer_next(peer), name="peer")
+        first.start()
+        assert conn.request("echo") == "ok"  # read by a pool thread: reading is left free for us
+        first.join(WAIT)
+
+        def answer_with_a_note_first() -> None:
+            msg = peer.recv()
+            lines = [{"jsonrpc": "2.0", "method": "first", "params": {}},
+                     {"jsonrpc": "2.0", "method": "note", "params": {"i": 1}},
+                     {"jsonrpc": "2.0", "id": msg["id"], "result": "second"}]
+            peer.send(b"".join(json.dumps(line).encode() + b"\n" for line in lines))  # one write, one read
+
+        second = threading.Thread(target=answer_with_a_note_first, name="peer")
+        second.start()
+        with pytest.raises(KeyboardInterrupt):
+            conn.request("echo")
+        second.join(WAIT)
+        assert ctrl_c_sent.is_set()  # the main thread did read it
+        assert noted.wait(WAIT) and notes == [1]
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+        def answer_the_next_request() -> None:
+            msg = peer.recv()
+            while "id" not in msg:  # the interrupted call's $/cancel_request, if it was still pending
+                msg = peer.recv()
+            peer.send({"jsonrpc": "2.0", "id": msg["id"], "result": "third"})
+
+        third = threading.Thread(target=answer_the_next_request, name="peer")
+        third.start()
+        assert conn.request("echo") == "third"
+        third.join(WAIT)
+    finally:
+        conn.close()
+        peer.close()
 
 
 def test_reading_left_free_is_taken_up_when_nobody_calls(tapped: tuple[Connection, RawPeer, ThreadTap]) -> None:

@@ -34,15 +34,15 @@ def main_thread_only(no_thread_leak: None) -> Iterator[None]:
     yield
 
 
-def ctrl_c_elsewhere(first: Callable[[], Any] = lambda: None) -> threading.Thread:
-    """Start a thread that runs ``first``, waits until the main thread sleeps in a wait of ours,
-    then takes a SIGINT itself."""
+def ctrl_c_elsewhere(first: Callable[[], Any] = lambda: None, waiting_in: tuple[str, ...] = _WAITING_IN) -> threading.Thread:
+    """Start a thread that runs ``first``, waits until the main thread sleeps in a wait of ours
+    (in a module named ``waiting_in``), then takes a SIGINT itself."""
     main = threading.main_thread().ident
 
     def run() -> None:
         first()
         deadline = time.monotonic() + WAIT
-        while time.monotonic() < deadline and not _waiting(sys._current_frames().get(main)):  # type: ignore[arg-type]
+        while time.monotonic() < deadline and not _waiting(sys._current_frames().get(main), waiting_in):  # type: ignore[arg-type]
             threading.Event().wait(0.001)
         signal.pthread_kill(threading.get_ident(), signal.SIGINT)
 
@@ -51,13 +51,13 @@ def ctrl_c_elsewhere(first: Callable[[], Any] = lambda: None) -> threading.Threa
     return thread
 
 
-def _waiting(frame: Any) -> bool:
+def _waiting(frame: Any, waiting_in: tuple[str, ...]) -> bool:
     """The main thread is in one of our waits (maybe inside threading's), not polling."""
     while frame is not None:
         code = frame.f_code
         if code.co_name == "spin_for":
             return False
-        if code.co_filename.endswith(_WAITING_IN):
+        if code.co_filename.endswith(waiting_in):
             return True
         frame = frame.f_back
     return False
@@ -81,6 +81,45 @@ def test_a_request_waiting_in_the_main_thread(main_thread_only: None, wait_spin:
         helper.join(WAIT)
         conn.close()
         peer.close()  # (closes ``theirs`` too)
+
+
+def test_a_request_whose_answer_the_main_thread_reads_itself(main_thread_only: None) -> None:
+    """Reading left free for the main thread: it waits in its own read, a Ctrl-C held back
+    there is seen within a slice, the call is abandoned, and reading goes back to a pool
+    thread (the next call is answered)."""
+    ours, theirs = memory_pair()
+    conn = Connection(ours, name="engine", request_timeout=WAIT, wait_spin=0)
+    peer = RawPeer(theirs)
+    conn.start()
+
+    def answer_next(result: Any) -> None:
+        msg = peer.recv(WAIT)
+        while "id" not in msg:
+            msg = peer.recv(WAIT)
+        peer.send({"jsonrpc": "2.0", "id": msg["id"], "result": result})
+
+    try:
+        answering = threading.Thread(target=answer_next, args=("first",))
+        answering.start()
+        assert conn.request("echo", {}) == "first"  # its reader left reading free for us
+        answering.join(WAIT)
+        helper = ctrl_c_elsewhere(lambda: peer.recv(WAIT), waiting_in=("fd.py",))
+        started = time.monotonic()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                conn.request("never", {}, timeout=30.0)
+        finally:
+            helper.join(WAIT)
+        assert time.monotonic() - started < WAIT / 2
+        assert peer.recv(WAIT)["method"] == "$/cancel_request"
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        answering = threading.Thread(target=answer_next, args=("after",))
+        answering.start()
+        assert conn.request("echo", {}) == "after"
+        answering.join(WAIT)
+    finally:
+        conn.close()
+        peer.close()
 
 
 def test_an_agent_serving_in_the_main_thread(main_thread_only: None) -> None:
