@@ -435,7 +435,8 @@ class Connection:
                 timeout = self._read_in_main_thread(pending, waiter, timeout)
             # Maybe poll first (acp.polling decides), within the timeout; then sleep for the rest.
             # (A caller that read its answer takes it at once: not a wait for the policy to time.)
-            if not (reads and waiter.acquire(False)) and not polling.wait(waiter, self.wait_spin, timeout):
+            answered = (reads or main_reads) and waiter.acquire(False)
+            if not answered and not polling.wait(waiter, self.wait_spin, timeout):
                 if self._emit(self._sched.abandon, pending, self._sched.timeout_error(pending, timeout)) is not None:
                     assert pending.error is not None
                     raise pending.error

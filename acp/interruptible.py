@@ -14,7 +14,8 @@ Work in the main thread that a KeyboardInterrupt must not cut in two is done bet
 
 from __future__ import annotations
 
-import _signal  # type: ignore[import-not-found]  # (no stubs) the C module: signal's wrappers convert to enums, ~2 µs a call
+# The C module (no stubs): signal's wrappers convert to and from enums, ~2 µs a call.
+import _signal  # type: ignore[import-not-found]
 import threading
 import time
 from collections.abc import Callable
@@ -99,7 +100,8 @@ def withheld() -> bool:
 def release() -> None:
     """Put Python's default handler back, and raise the KeyboardInterrupt held back, if any."""
     global _withheld
-    _signal.signal(_SIGINT, _DEFAULT)  # (a Ctrl-C not yet handled is held back first)
+    if _signal.getsignal(_SIGINT) is _hold_back:  # (not if someone put their own in meanwhile)
+        _signal.signal(_SIGINT, _DEFAULT)  # (a Ctrl-C not yet handled is held back first)
     if _withheld:
         _withheld = False
         raise KeyboardInterrupt
