@@ -12,6 +12,7 @@ time, so that a pid the system has given to another process since is never signa
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 
@@ -81,10 +82,9 @@ class Descendants:
         pids = self.running()
         if not pids:
             return
-        name = signal.Signals(signum).name
-        level = "warning" if signum == signal.SIGKILL else "info"
-        getattr(log, level)("%s: %d process(es) it started still running (%s); sending %s",
-                            self._description, len(pids), ", ".join(map(str, pids)), name)
+        level = logging.WARNING if signum == signal.SIGKILL else logging.INFO
+        log.log(level, "%s: %d process(es) it started still running (%s); sending %s",
+                self._description, len(pids), ", ".join(map(str, pids)), signal.Signals(signum).name)
         for pid in pids:
             try:
                 os.kill(pid, signum)
