@@ -911,8 +911,8 @@ class Connection:
         """The main thread reads for its call if reading is free, holding a Ctrl-C back
         meanwhile: a KeyboardInterrupt must not cut a read's routing in two (its messages
         would be lost). It is raised once reading is let go. Returns the timeout left."""
-        if not interruptible.hold():
-            return timeout  # an application's own handler came meanwhile
+        if not waiter.locked() or not interruptible.hold():
+            return timeout  # answered already; or an application's own handler came meanwhile
         try:
             if self._take_free_reading():
                 return self._read_for(pending, waiter, timeout, main=True)
@@ -962,7 +962,10 @@ class Connection:
         finally:
             self._reading_for = None
             if held:
-                self._launch_reader()
+                if waiter.locked() or sched.endpoint.pending:
+                    self._launch_reader()
+                else:  # answered (before this thread took reading): left free, as _receive does
+                    self._free_reading()
         return None if deadline is None else max(0.0, deadline - time.monotonic())
 
     def _on_eof(self) -> None:

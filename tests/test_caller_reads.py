@@ -109,12 +109,13 @@ def test_the_main_thread_reads_its_own_answers_after_the_first(tapped: tuple[Con
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back each time
 
 
-def test_the_main_thread_never_reads_under_an_applications_own_ctrl_c_handler(
-    tapped: tuple[Connection, RawPeer, ThreadTap], no_hand_over: None
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_the_main_thread_never_reads_under_an_applications_own_handler(
+    tapped: tuple[Connection, RawPeer, ThreadTap], no_hand_over: None, signum: int
 ) -> None:
     # Its handler may raise anywhere: a read's routing would be cut in two.
     conn, peer, tap = tapped
-    own = signal.signal(signal.SIGINT, lambda signum, frame: None)
+    own = signal.signal(signum, lambda signum, frame: None)
     try:
         conn.start()
         answering = threading.Thread(target=lambda: [answer_next(peer) for _ in range(3)], name="peer")
@@ -122,11 +123,12 @@ def test_the_main_thread_never_reads_under_an_applications_own_ctrl_c_handler(
         assert [conn.request("echo") for _ in range(3)] == ["ok"] * 3
         answering.join(WAIT)
     finally:
-        signal.signal(signal.SIGINT, own)
+        signal.signal(signum, own)
     assert threading.get_ident() not in {ident for _, ident in tap.read_by}
 
 
-def test_a_ctrl_c_while_the_main_thread_routes_a_read_is_raised_after_it(no_thread_leak: None) -> None:
+def test_a_ctrl_c_while_the_main_thread_routes_a_read_is_raised_after_it(no_thread_leak: None,
+                                                                       no_hand_over: None) -> None:
     # The Ctrl-C comes while the main thread taps the first line of a read of three: the other
     # two are still routed (the notification is handled), then the KeyboardInterrupt is raised
     # (the call abandoned, as a Ctrl-C while waiting does), and the connection goes on.

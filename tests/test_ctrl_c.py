@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from acp import connection as connection_module
 from acp.agent import SyncAgent
 from acp.connection import Connection
 from acp.transport import memory_pair
@@ -83,10 +84,13 @@ def test_a_request_waiting_in_the_main_thread(main_thread_only: None, wait_spin:
         peer.close()  # (closes ``theirs`` too)
 
 
-def test_a_request_whose_answer_the_main_thread_reads_itself(main_thread_only: None) -> None:
+def test_a_request_whose_answer_the_main_thread_reads_itself(main_thread_only: None,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """Reading left free for the main thread: it waits in its own read, a Ctrl-C held back
     there is seen within a slice, the call is abandoned, and reading goes back to a pool
     thread (the next call is answered)."""
+    # Reading left free stays so, however slowly a loaded machine runs this thread.
+    monkeypatch.setattr(connection_module, "_PARK_LIMIT", WAIT)
     ours, theirs = memory_pair()
     conn = Connection(ours, name="engine", request_timeout=WAIT, wait_spin=0)
     peer = RawPeer(theirs)
