@@ -12,6 +12,7 @@ import json
 import signal
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -69,6 +70,17 @@ def answer_next(peer: RawPeer, result: Any = "ok") -> dict[str, Any]:
     return msg
 
 
+@contextmanager
+def answering(peer: RawPeer, *results: Any) -> Iterator[None]:
+    """While the block runs, a peer thread answers the next requests, one per result, in order."""
+    thread = threading.Thread(target=lambda: [answer_next(peer, result) for result in results], name="peer")
+    thread.start()
+    try:
+        yield
+    finally:
+        thread.join(WAIT)
+
+
 @pytest.fixture
 def no_hand_over(monkeypatch: pytest.MonkeyPatch) -> None:
     """Reading left free (or parked) is not handed to a pool thread after 1 ms: who reads is
@@ -80,14 +92,12 @@ def test_a_caller_thread_reads_its_own_answers_after_the_first(tapped: tuple[Con
                                                                no_hand_over: None) -> None:
     conn, peer, tap = tapped
     conn.start()
-    answering = threading.Thread(target=lambda: [answer_next(peer, i) for i in range(4)], name="peer")
-    answering.start()
 
     def calls() -> tuple[int, list[Any]]:
         return threading.get_ident(), [conn.request("echo", {"i": i}) for i in range(4)]
 
-    caller, results = called_in_thread(calls)
-    answering.join(WAIT)
+    with answering(peer, 0, 1, 2, 3):
+        caller, results = called_in_thread(calls)
     assert results == [0, 1, 2, 3]
     readers = tap.readers_of_answers("echo")
     # The first answer comes to the pool's reader, which then leaves reading to this caller.
@@ -99,10 +109,8 @@ def test_the_main_thread_reads_its_own_answers_after_the_first(tapped: tuple[Con
                                                                no_hand_over: None) -> None:
     conn, peer, tap = tapped
     conn.start()
-    answering = threading.Thread(target=lambda: [answer_next(peer) for _ in range(3)], name="peer")
-    answering.start()
-    assert [conn.request("echo") for _ in range(3)] == ["ok"] * 3
-    answering.join(WAIT)
+    with answering(peer, "ok", "ok", "ok"):
+        assert [conn.request("echo") for _ in range(3)] == ["ok"] * 3
     readers = tap.readers_of_answers("echo")
     assert readers[0] != threading.get_ident()
     assert readers[1:] == [threading.get_ident()] * 2
@@ -118,10 +126,8 @@ def test_the_main_thread_never_reads_under_an_applications_own_handler(
     own = signal.signal(signum, lambda signum, frame: None)
     try:
         conn.start()
-        answering = threading.Thread(target=lambda: [answer_next(peer) for _ in range(3)], name="peer")
-        answering.start()
-        assert [conn.request("echo") for _ in range(3)] == ["ok"] * 3
-        answering.join(WAIT)
+        with answering(peer, "ok", "ok", "ok"):
+            assert [conn.request("echo") for _ in range(3)] == ["ok"] * 3
     finally:
         signal.signal(signum, own)
     assert threading.get_ident() not in {ident for _, ident in tap.read_by}
@@ -188,10 +194,8 @@ def test_reading_left_free_is_taken_up_when_nobody_calls(tapped: tuple[Connectio
     seen = threading.Event()
     conn.on_notification("note", lambda params: seen.set())
     conn.start()
-    answering = threading.Thread(target=lambda: [answer_next(peer) for _ in range(2)], name="peer")
-    answering.start()
-    called_in_thread(lambda: [conn.request("echo") for _ in range(2)])  # the caller left reading free
-    answering.join(WAIT)
+    with answering(peer, "ok", "ok"):
+        called_in_thread(lambda: [conn.request("echo") for _ in range(2)])  # the caller left reading free
     peer.send({"jsonrpc": "2.0", "method": "note", "params": {}})
     assert seen.wait(WAIT)  # a pool thread took reading up (the housekeeper, within 1 ms)
 
@@ -213,10 +217,8 @@ def test_a_cancel_from_another_thread_stops_a_caller_reading(tapped: tuple[Conne
     assert type(outcome(call)) is RequestCancelledError
     assert peer.recv()["method"] == "$/cancel_request"
     # Reading went back to a pool thread: the connection goes on.
-    answering = threading.Thread(target=lambda: answer_next(peer, "again"), name="peer")
-    answering.start()
-    assert conn.request("echo") == "again"
-    answering.join(WAIT)
+    with answering(peer, "again"):
+        assert conn.request("echo") == "again"
 
 
 def test_a_caller_reading_times_out_and_hands_reading_back(tapped: tuple[Connection, RawPeer, ThreadTap]) -> None:
@@ -231,16 +233,12 @@ def test_a_caller_reading_times_out_and_hands_reading_back(tapped: tuple[Connect
             return exc
         return None
 
-    answering = threading.Thread(target=lambda: answer_next(peer), name="peer")
-    answering.start()
-    assert isinstance(called_in_thread(calls), RequestTimeoutError)
-    answering.join(WAIT)
+    with answering(peer, "ok"):
+        assert isinstance(called_in_thread(calls), RequestTimeoutError)
     assert peer.recv()["method"] == "silent"
     assert peer.recv()["method"] == "$/cancel_request"
-    answering = threading.Thread(target=lambda: answer_next(peer, "later"), name="peer")
-    answering.start()
-    assert conn.request("echo") == "later"  # (from the main thread: a pool thread reads)
-    answering.join(WAIT)
+    with answering(peer, "later"):
+        assert conn.request("echo") == "later"  # (from the main thread: a pool thread reads)
 
 
 def test_close_wakes_a_caller_reading(tapped: tuple[Connection, RawPeer, ThreadTap]) -> None:
@@ -343,10 +341,8 @@ def test_a_transport_whose_read_is_overridden_is_read_through_it(no_thread_leak:
     peer = RawPeer(theirs)
     conn.start()
     try:
-        answering = threading.Thread(target=lambda: [answer_next(peer, i) for i in range(3)], name="peer")
-        answering.start()
-        assert called_in_thread(lambda: [conn.request("echo") for _ in range(3)]) == [0, 1, 2]
-        answering.join(WAIT)
+        with answering(peer, 0, 1, 2):
+            assert called_in_thread(lambda: [conn.request("echo") for _ in range(3)]) == [0, 1, 2]
         assert seen.count(b"\n") == 3  # every answer went through the override
     finally:
         conn.close()

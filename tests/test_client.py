@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from acp.errors import (
 )
 
 from .helpers.client_support import WAIT, AgentSide, FakeTerminals, make_client, texts
+from .helpers.fault_support import in_thread
 
 Factory = Callable[..., tuple[SyncClient, AgentSide]]
 
@@ -49,20 +50,6 @@ def connect(no_thread_leak: None) -> Iterator[Factory]:
 
 def _updates(collected: list[schema.SessionNotification]) -> Callable[[SyncClientBuilder], Any]:
     return lambda b: b.session_update_handler(collected.append)
-
-
-def _in_thread(fn: Callable[[], Any]) -> tuple[Future[Any], threading.Thread]:
-    future: Future[Any] = Future()
-
-    def run() -> None:
-        try:
-            future.set_result(fn())
-        except BaseException as exc:
-            future.set_exception(exc)
-
-    thread = threading.Thread(target=run, name="test-prompt")
-    thread.start()
-    return future, thread
 
 
 # ---------------------------------------------------------------------------------------------
@@ -509,7 +496,7 @@ def test_cancel_answers_pending_permission_requests_cancelled(connect: Factory) 
                         .request_permission_handler(ask_user).wire_tap(lambda d, line: wire.append((d, line))))
     client.initialize()
     sid = client.new_session("/work").session_id
-    future, thread = _in_thread(lambda: client.prompt(sid, "permission"))
+    future, thread = in_thread(lambda: client.prompt(sid, "permission"), "test-prompt")
     assert entered.wait(WAIT)
     client.cancel(sid)
     answer = future.result(WAIT)
@@ -537,7 +524,7 @@ def test_a_permission_request_arriving_after_cancel_is_answered_without_the_hand
     client, side = connect(lambda b: b.session_update_handler(updates.append).request_permission_handler(ask_user))
     client.initialize()
     sid = client.new_session("/work").session_id
-    future, thread = _in_thread(lambda: client.prompt(sid, "late-permission"))
+    future, thread = in_thread(lambda: client.prompt(sid, "late-permission"), "test-prompt")
     assert side.agent.holding.wait(WAIT)
     client.cancel(sid)
     assert future.result(WAIT).stop_reason == "cancelled"
@@ -564,7 +551,7 @@ def test_cancel_only_touches_its_own_session(connect: Factory) -> None:
     client.initialize()
     busy = client.new_session("/work").session_id
     other = client.new_session("/work").session_id
-    future, thread = _in_thread(lambda: client.prompt(busy, "permission"))
+    future, thread = in_thread(lambda: client.prompt(busy, "permission"), "test-prompt")
     assert entered.wait(WAIT)
     client.cancel(other)
     release.set()
@@ -577,7 +564,7 @@ def test_cancel_ends_a_held_turn(connect: Factory) -> None:
     client, side = connect()
     client.initialize()
     sid = client.new_session("/work").session_id
-    future, thread = _in_thread(lambda: client.prompt(sid, "hold"))
+    future, thread = in_thread(lambda: client.prompt(sid, "hold"), "test-prompt")
     assert side.agent.holding.wait(WAIT)
     client.cancel(sid)
     assert future.result(WAIT).stop_reason == "cancelled"
@@ -599,7 +586,7 @@ def test_a_prompt_in_flight_when_the_connection_dies_raises(connect: Factory) ->
     client, side = connect()
     client.initialize()
     sid = client.new_session("/work").session_id
-    future, thread = _in_thread(lambda: client.prompt(sid, "hold"))
+    future, thread = in_thread(lambda: client.prompt(sid, "hold"), "test-prompt")
     assert side.agent.holding.wait(WAIT)
     side.close()
     with pytest.raises(ConnectionClosedError):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ from acp.errors import ConnectionClosedError
 
 from .conftest import helper_argv
 from .helpers.client_support import WAIT, FakeTerminals, texts
+from .helpers.fault_support import in_thread
 
 Spawn = Callable[..., SyncClient]
 
@@ -39,20 +39,6 @@ def spawn(no_thread_leak: None) -> Iterator[Spawn]:
     yield factory
     for client in made:
         client.close()
-
-
-def _in_thread(fn: Callable[[], Any]) -> tuple[Future[Any], threading.Thread]:
-    future: Future[Any] = Future()
-
-    def run() -> None:
-        try:
-            future.set_result(fn())
-        except BaseException as exc:
-            future.set_exception(exc)
-
-    thread = threading.Thread(target=run, name="test-prompt")
-    thread.start()
-    return future, thread
 
 
 def test_a_whole_conversation_with_a_spawned_agent(spawn: Spawn, tmp_path: Path) -> None:
@@ -111,7 +97,7 @@ def test_cancel_over_a_process(spawn: Spawn) -> None:
     client = spawn(lambda b: b.session_update_handler(on_update))
     client.initialize()
     sid = client.new_session("/work").session_id
-    future, thread = _in_thread(lambda: client.prompt(sid, "hold"))
+    future, thread = in_thread(lambda: client.prompt(sid, "hold"), "test-prompt")
     assert holding.wait(WAIT)
     client.cancel(sid)
     assert future.result(WAIT).stop_reason == "cancelled"
@@ -133,7 +119,7 @@ def test_permission_cancel_rule_over_a_process(spawn: Spawn) -> None:
     client = spawn(lambda b: b.session_update_handler(updates.append).request_permission_handler(ask_user))
     client.initialize()
     sid = client.new_session("/work").session_id
-    future, thread = _in_thread(lambda: client.prompt(sid, "permission"))
+    future, thread = in_thread(lambda: client.prompt(sid, "permission"), "test-prompt")
     assert entered.wait(WAIT)
     client.cancel(sid)
     assert future.result(WAIT).stop_reason == "cancelled"
@@ -144,7 +130,7 @@ def test_permission_cancel_rule_over_a_process(spawn: Spawn) -> None:
     assert late == [True]
     # The next turn is not affected by the earlier cancellation.
     entered.clear()
-    future, thread = _in_thread(lambda: client.prompt(sid, "stream 2"))
+    future, thread = in_thread(lambda: client.prompt(sid, "stream 2"), "test-prompt")
     assert future.result(WAIT).stop_reason == "end_turn"
     thread.join(WAIT)
 
@@ -154,7 +140,7 @@ def test_agent_crash_mid_prompt_raises_connection_closed(spawn: Spawn) -> None:
     client = spawn(lambda b: b.session_update_handler(updates.append))
     client.initialize()
     sid = client.new_session("/work").session_id
-    future, thread = _in_thread(lambda: client.prompt(sid, "crash"))
+    future, thread = in_thread(lambda: client.prompt(sid, "crash"), "test-prompt")
     with pytest.raises(ConnectionClosedError):
         future.result(WAIT)
     thread.join(WAIT)
