@@ -180,7 +180,8 @@ def test_report_yardstick_ratios_and_cpu_rows(tmp_path: Path) -> None:
     rtt = next(s for s in SCENARIOS if s.name == "rtt")
     concurrent = next(s for s in SCENARIOS if s.name == "concurrent")
     results = report.Results({"rtt": 10, "concurrent": 16})
-    figures = {"ours": (5000.0, 30.0, 20.0), "yardstick-cork": (10000.0, 20.0, 20.0), "yardstick-lf": (8000.0, 15.0, 40.0)}
+    figures = {"ours": (5000.0, 30.0, 20.0), "conn": (8000.0, 25.0, 18.0), "yardstick-cork": (10000.0, 20.0, 20.0),
+               "yardstick-lf": (8000.0, 15.0, 40.0)}
     for impl, (rate, client, agent) in figures.items():
         metrics = {"prompts_per_s": rate, "client_cpu_us": client, "agent_cpu_us": agent}
         results.add(rtt, impl, measure.Outcome(metrics=metrics, count=10))
@@ -197,6 +198,8 @@ def test_report_yardstick_ratios_and_cpu_rows(tmp_path: Path) -> None:
     report.write_json(tmp_path / "r.json", results, {})
     ratios = json.loads((tmp_path / "r.json").read_text())["scenarios"]["rtt"]["prompts_per_s"]["ratios"]
     assert ratios["ours/yardstick-cork"] == 0.5 and ratios["ours/yardstick-lf"] == 0.625
+    # the engine alone against the same floor, and what the facade adds to it
+    assert ratios["conn/yardstick-lf"] == 1.0 and ratios["ours/conn"] == 0.625
 
 
 @pytest.mark.parametrize("scenario", ["rtt", "read"])

@@ -72,6 +72,10 @@ def all_implementations() -> tuple[Implementation, ...]:
                        ("acp",), "import acp; acp.run_agent, acp.connect_to_agent, acp.schema"),
         Implementation("conn", "acp.connection", ours, PEERS / "conn_client.py", ("acp.connection",),
                        "import acp.connection, acp.transport"),
+        # the asyncio engine alone (acp.aio.AsyncConnection, dict params): with conn, it splits
+        # each facade's cost (ours/conn, ours-async/aconn) from its engine's
+        Implementation("aconn", "acp.aio", ours, PEERS / "aconn_client.py", ("acp.aio",),
+                       "import acp.aio, asyncio"),
         Implementation("ours", "acp Sync*", ours, PEERS / "ours_client.py", ("acp",),
                        "import acp; acp.SyncAgent, acp.SyncClient, acp.PromptContext, acp.schema"),
         # the same pair with ordering("session") on both sides (ACP_BENCH_ORDERING)

@@ -16,7 +16,10 @@ from .scenarios import SCENARIOS, Scenario
 RATIOS = (("ours", "official"), ("ours-async", "official"), ("ours", "ours-baseline"), ("ours-session", "ours"),
           ("ours-async-session", "ours-async"), ("ours", "bare"), ("ours-async", "bare-async"),
           ("bare-async", "official"),
-          ("conn", "official"), ("conn", "bare"), ("ours", "yardstick-cork"), ("ours", "yardstick-lf"))
+          ("conn", "official"), ("conn", "bare"),
+          # engine and facade apart: what each facade adds, how far each engine is from its floor
+          ("ours", "conn"), ("ours-async", "aconn"), ("aconn", "bare-async"),
+          ("conn", "yardstick-cork"), ("conn", "yardstick-lf"), ("ours", "yardstick-cork"), ("ours", "yardstick-lf"))
 
 
 class Results:

@@ -1,24 +1,20 @@
-"""The agent at the engine level on asyncio: acp.aio.AsyncConnection over stdio pipes with
-plain dict params, ``async def`` handlers (each request its own task, as a facade will run it)."""
+"""The agent at the engine level on asyncio: acp.aio.AsyncConnection over stdio (the transport
+AsyncAgent.serve_stdio() uses) with plain dict params and ``async def`` handlers (each request
+its own task, as a facade will run it)."""
 
 from __future__ import annotations
 
 import asyncio
-import sys
-from pathlib import Path
 from typing import Any
 
 from _common import FILE_CONTENT, READ_PATH, agent_reply, big_path, big_text
 
-# The loop-native pipe transport of the runtime's tests (until acp.aio.transport.StdioTransport).
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "helpers"))
-from aio_pipes import open_stdio  # noqa: E402
-
-from acp.aio import AsyncConnection, AsyncInboundCall  # noqa: E402
+from acp.aio import AsyncConnection, AsyncInboundCall
+from acp.aio.transport import StdioTransport
 
 
 async def main() -> None:
-    conn = AsyncConnection(await open_stdio(), name="bench-agent")
+    conn = AsyncConnection(StdioTransport(), name="bench-agent")
     sessions: dict[str, str] = {}
 
     async def initialize(params: Any, call: AsyncInboundCall) -> Any:

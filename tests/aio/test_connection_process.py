@@ -114,16 +114,3 @@ def test_peer_exit_fails_pending_calls() -> None:
         assert conn.is_closed
 
     _drive(body, exit_status=3)
-
-
-@pytest.mark.parametrize("scenario", ["rtt", "stream", "read", "sessions"])
-def test_the_benchmark_peers_run(scenario: str) -> None:
-    # benchmarks/peers/aconn_*.py (bench_aio_connection.py), untimed, so they cannot rot.
-    import json
-    import sys
-    from pathlib import Path
-
-    peers = Path(__file__).resolve().parents[2] / "benchmarks" / "peers"
-    out = subprocess.run([sys.executable, str(peers / "aconn_client.py"), scenario, "5"], cwd=peers,
-                         capture_output=True, text=True, timeout=60, check=True).stdout
-    assert json.loads(out.strip().splitlines()[-1])["count"] == 5
