@@ -322,6 +322,19 @@ def test_the_version_probe_is_the_largest_the_schema_allows() -> None:
     assert set(by_name) == {"handshake.initialize", "handshake.unsupported_version"}
 
 
+def test_an_answer_in_another_protocol_version_is_not_judged_by_the_v1_schema() -> None:
+    # @agentclientprotocol/codex-acp 2.6.0, asked for version 65535, answers version 2 in the v2
+    # draft's shape ({"protocolVersion":2,"info":{...},"capabilities":{...}}): a correct answer
+    # (its latest version), which a v1 checker cannot judge; it was reported as "result of
+    # initialize: accepted only leniently: Object contains unknown field `info`".
+    report = run_checks(helper_argv("check_raw_agent", "--speaks-v2"), timeout=10, only=["handshake.*", "schema.valid"])
+    by_name = {r.name: r for r in report.results}
+    assert by_name["handshake.unsupported_version"].status == "PASS"
+    assert by_name["handshake.unsupported_version"].detail.startswith("protocolVersion 65535 -> 2")
+    assert by_name["schema.valid"].status == "PASS", by_name["schema.valid"].detail
+    assert report.conforming
+
+
 def test_an_error_answer_without_an_id_breaks_the_envelope_rule() -> None:
     report = run_checks(helper_argv("broken_agent", "--no-id-errors"), timeout=2, skip=["robust.*", "prompt.large"])
     envelopes = next(r for r in report.results if r.name == "jsonrpc.envelopes")

@@ -49,6 +49,18 @@ def refusal(error: rpc.ErrorObject) -> str | None:
 # ------------------------------------------------------------------------------ schema checks
 
 
+def _other_version(result: msgspec.Raw) -> int | None:
+    """The ``protocolVersion`` an initialize result chose, when it is an integer other than the
+    version this checker speaks (None otherwise: judged as a v1 answer)."""
+    try:
+        version = msgspec.json.decode(result).get("protocolVersion")
+    except (msgspec.DecodeError, AttributeError):
+        return None
+    if type(version) is int and version != schema.PROTOCOL_VERSION:
+        return version
+    return None
+
+
 class _Validator:
     """Checks payloads strictly (native msgspec decoding of the generated types), then
     leniently (:func:`acp.schema.decoder`): strict failure + lenient success is a warning."""
@@ -127,6 +139,10 @@ class _Peer:
         self.session_ids: list[str] = []  # every id session/new answered, in order
         self.refusals: list[str] = []  # "<method>: <why>" for each refusal of an access method
         self._malformed = 0  # lines sent whose id cannot be read: each may get an answer with id null
+        # The version an initialize answer chose when it is not the one this checker speaks (the
+        # answer to the version probe may be a draft's): nothing of that conversation is held
+        # against the v1 schema, which cannot judge it.
+        self.other_version: int | None = None
         self.eof = threading.Event()
         self._ids = itertools.count(1)
         self._reader = threading.Thread(target=self._read_loop, name=f"acp-check-{name}", daemon=True)
@@ -292,8 +308,11 @@ class _Peer:
             if method is None:
                 self.stray.append((f"an answer to id {msg.id!r}, which the checker never sent", wire))
                 return
+            if method == "initialize" and (version := _other_version(msg.result)) is not None:
+                self.other_version = version
+                return
             spec = schema.STABLE_AGENT_METHODS.get(method)
-            if spec is not None and spec.result_type is not None:
+            if spec is not None and spec.result_type is not None and self.other_version is None:
                 self.validator.check(f"result of {method}", msg.result, spec.result_type, wire)
         elif isinstance(msg, rpc.ErrorResponse):
             with self._cond:
@@ -313,8 +332,8 @@ class _Peer:
                     self.refusals.append(f"{method}: {why}")
 
     def _check_params(self, method: str, params: msgspec.Raw, wire: WireLine, notification: bool) -> None:
-        if method.startswith("_"):
-            return  # extension methods carry free-form params
+        if method.startswith("_") or self.other_version is not None:
+            return  # extension methods carry free-form params; another version, other types
         spec = schema.STABLE_CLIENT_METHODS.get(method)
         if spec is None:
             spec = schema.CLIENT_METHODS.get(method)

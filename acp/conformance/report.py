@@ -148,7 +148,8 @@ CHECKS: dict[str, Check] = {
         "transports.mdx: The agent MUST NOT write anything to its stdout that is not a valid ACP message.",
         ("ACP-TRANSPORT-001", "ACP-JSONRPC-002")),
     "schema.valid": Check(
-        MANDATORY, "every message the agent sent (answers included) matches the schema",
+        MANDATORY, "every message the agent sent (answers included) matches the schema (not the version probe's "
+        "conversation when the agent chose another version there: the v1 schema cannot judge it)",
         "transports.mdx: The agent MUST NOT write anything to its stdout that is not a valid ACP message.",
         ("ACP-SCHEMA-001",)),
     "auth.authenticate": Check(

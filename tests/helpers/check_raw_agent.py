@@ -8,6 +8,8 @@ showing what the checker sees whatever the SDK does on close.
 
 ``--dup-ids``           the second ``session/new`` answers the first id again
 ``--close-keeps-turn``  ``session/close`` answers ``{}`` but leaves the running turn running
+``--speaks-v2``         asked for a version above 1, it answers version 2 in the v2 draft's shape
+                        (``info``, ``capabilities``), as ``@agentclientprotocol/codex-acp`` 2.6 does
 """
 
 import json
@@ -89,6 +91,14 @@ def handle(msg: dict) -> None:
     if not isinstance(method, str):
         return error(msg_id, -32600, "Invalid request")
     if method == "initialize":
+        asked = params.get("protocolVersion")
+        if "--speaks-v2" in FLAGS and isinstance(asked, int) and asked >= 2:
+            return answer(msg_id, {
+                "protocolVersion": 2,
+                "info": {"name": "check-raw-agent", "version": "1"},
+                "capabilities": {"session": {"prompt": {"image": {}}}},
+                "authMethods": [{"methodId": "token", "type": "agent", "name": "Token"}],
+            })
         return answer(msg_id, {
             "protocolVersion": 1,
             "agentCapabilities": {"sessionCapabilities": {"close": {}}},
