@@ -1049,6 +1049,10 @@ class Connection:
             if pending is not None:
                 self._wake(pending)
         elif item is _EOF:
+            # Everything read before the end was handled: the calls still pending fail now.
+            with self._lock:
+                failed = self._sched.eof_reached()
+            self._wake_all(failed)
             self._drain_done.set()
             self._drained.set()
             self._run_close_callbacks()

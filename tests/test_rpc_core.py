@@ -624,20 +624,37 @@ def test_abandoning_a_call_gives_its_error_and_cancel_line_once() -> None:
 # ---------------------------------------------------------------------- the end
 
 
-def test_end_of_input_fails_pending_calls_and_queues_its_mark_behind_everything() -> None:
+def test_end_of_input_fails_pending_calls_behind_what_was_read_before_it() -> None:
+    # The end of input answers a pending call in order, as an error answer would: after the
+    # notifications read before it (an agent's last update before it crashed).
     side = Side()
     side.sched.on_notification("n", noop)
     side.sched.on_request("m", echo)
     pending = side.call("m")
     side.receive(request(1, "m") + note("n"))
-    failed = side.eof()
-    assert failed == [pending] and str(pending.error) == "connection closed by peer"
+    assert side.eof() == [] and pending.error is None
     assert side.marks == []
     side.drain()
     assert side.handled == [("n", None)] and side.marks == [EOF]
+    assert side.completed == [pending] and str(pending.error) == "connection closed by peer"
     assert side.sched.answer(side.started[0][0], {}) is not None  # still answerable
     with pytest.raises(ConnectionClosedError, match="connection closed by peer"):
         side.call("m")
+
+
+def test_end_of_input_fails_a_call_at_once_with_nothing_queued_and_a_serial_call_always() -> None:
+    side = Side()
+    alone = side.call("m")
+    assert side.eof() == [alone] and str(alone.error) == "connection closed by peer"
+    # A call made by an ordered notification's handler fails at once even behind queued
+    # notifications: its drainer waits for it (the deadlock rule).
+    other = Side()
+    other.sched.on_notification("n", noop)
+    waiting, serial = other.call("m"), other.call("s", serial=True)
+    other.receive(note("n"))
+    assert other.eof() == [serial] and isinstance(serial.error, ConnectionClosedError)
+    other.drain()
+    assert other.completed == [waiting] and isinstance(waiting.error, ConnectionClosedError)
 
 
 def test_graceful_close_fails_unanswered_calls_and_drains_what_arrived() -> None:

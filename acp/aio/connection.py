@@ -803,6 +803,8 @@ class AsyncConnection:
                     if pending is not None:
                         self._wake(pending)
                 elif item is _EOF:
+                    # Everything read before the end was handled: the calls still pending fail now.
+                    self._wake_all(sched.eof_reached())
                     for fut in (self._drain_done, self._drained):
                         if fut is not None and not fut.done():
                             fut.set_result(None)

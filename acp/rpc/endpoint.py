@@ -221,11 +221,13 @@ class Endpoint:
             return None
         return self.encoder.notification(CANCEL_REQUEST, {"requestId": msg_id})
 
-    def fail_all(self, error: BaseException, keep_answered: bool = False) -> list[Pending]:
+    def fail_all(self, error: BaseException, keep_answered: bool = False, only_serial: bool = False) -> list[Pending]:
         """Remove every pending call (close, end of input), each with ``error`` as its outcome;
-        ``keep_answered``: but those whose answer arrived already (queued, to be delivered)."""
-        if keep_answered:
-            taken = [p for p in self.pending.values() if not p.answered]
+        ``keep_answered``: but those whose answer arrived already (queued, to be delivered);
+        ``only_serial``: only the calls made while handling an ordered notification."""
+        if keep_answered or only_serial:
+            taken = [p for p in self.pending.values()
+                     if not (keep_answered and p.answered) and (p.serial or not only_serial)]
             for pending in taken:
                 del self.pending[pending.id]
         else:

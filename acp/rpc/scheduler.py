@@ -23,7 +23,8 @@ more means the items taken before were handled):
 a :class:`~acp.rpc.Decoded` or :class:`~acp.rpc.Updates` notification is called (and awaited)
 one at a time; a queued answer goes through :meth:`Scheduler.deliver`; a queued Start is run
 if :meth:`Scheduler.startable`; the marks :data:`EOF` and :data:`DRAIN` say that everything
-read before the end of input (or before a graceful close began) was handled.
+read before the end of input (or before a graceful close began) was handled (at :data:`EOF`,
+:meth:`Scheduler.eof_reached` gives the calls that fail now).
 
 Ordering: ``"connection"`` puts every message in one order (the gate); ``"session"`` gives each
 session its own lane, drained concurrently, while a session-less message (no ``sessionId``)
@@ -768,14 +769,26 @@ class Scheduler:
     def receive_eof(self) -> tuple[list[Pending], list[InboundRequest]]:
         """The input ended. Returns the calls that fail now (outcome set: the peer is gone)
         and the inbound requests whose handlers are told so (they stay answerable: the peer
-        may have half-closed). :data:`EOF` is queued behind everything read before it."""
+        may have half-closed). :data:`EOF` is queued behind everything read before it.
+
+        The end of input fails a call as an error answer would, in order: a call fails now
+        only if nothing read before the end still waits to be handled; else it fails when a
+        drainer reaches :data:`EOF` (:meth:`eof_reached`), so the updates an agent sent just
+        before it crashed reach their handler before its caller sees ConnectionClosedError.
+        A call made while handling an ordered notification fails now (the deadlock rule)."""
         ep = self.endpoint
         ep.eof = True
-        failed = self._fail_pending()
         self.bad_input.summary()
-        if not ep.closed:
-            self._admit(None, EOF, False)
+        if ep.closed:
+            return self._fail_pending(), list(ep.inbound.values())
+        failed = self._fail_pending(only_serial=not self._free(None))
+        self._admit(None, EOF, False)
         return failed, list(ep.inbound.values())
+
+    def eof_reached(self) -> list[Pending]:
+        """A drainer reached :data:`EOF`: everything read before the end of input was handled.
+        Returns the calls that fail now (outcome set)."""
+        return self._fail_pending()
 
     def start_closing(self) -> tuple[list[Pending], list[InboundRequest]]:
         """A graceful close begins: new inbound requests are refused from now on; every call
@@ -808,9 +821,13 @@ class Scheduler:
         self.bad_input.summary()
         return failed, inbound
 
-    def _fail_pending(self, error: BaseException | None = None, keep_answered: bool = False) -> list[Pending]:
+    def _fail_pending(
+        self, error: BaseException | None = None, keep_answered: bool = False, only_serial: bool = False
+    ) -> list[Pending]:
         ep = self.endpoint
-        failed = ep.fail_all(error or ep.closed_error(), keep_answered)
+        if not ep.pending:
+            return []
+        failed = ep.fail_all(error or ep.closed_error(), keep_answered, only_serial)
         for pending in failed:
             self._settled(pending)
         return failed

@@ -105,6 +105,11 @@ class RawPeer:
             return True
         return False
 
+    def close_write(self) -> None:
+        """Go away: the runtime reads the end of input (this end still reads what it writes)."""
+        os.close(self.write_fd)
+        self.write_fd = -1  # (close() then closes nothing that reused the number)
+
     def close(self) -> None:
         for fd in (self.write_fd,):
             try:

@@ -10,6 +10,7 @@ import gc
 import logging
 import threading
 import warnings
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 import msgspec
@@ -284,6 +285,52 @@ def test_close_fails_pending_calls_cancels_handlers_and_stops_threads(make: Any)
     with pytest.raises(ConnectionClosedError):
         pending.result(WAIT)
     assert cancelled.is_set()
+
+
+def test_the_end_of_input_fails_a_pending_call_after_the_notifications_before_it(make: Any) -> None:
+    # An agent's last updates before it crashes reach their handler before the caller of the
+    # turn sees ConnectionClosedError, as an error answer would (tests/test_client_process.py
+    # saw the update missing under load).
+    rt, peer = make()
+    seen: list[int] = []
+    rt.on_notification("n", lambda p: seen.append(p["i"]))
+    rt.start()
+    pending = rt.request_later("ask", {}, timeout=None)
+    at_failure: list[int] = []
+    pending.add_done_callback(lambda f: at_failure.append(len(seen)))
+    peer.recv()
+    peer.send(*({"method": "n", "params": {"i": i}} for i in range(50)))
+    peer.close_write()  # the peer is gone
+    with pytest.raises(ConnectionClosedError, match="closed by peer"):
+        pending.result(WAIT)
+    assert at_failure == [50] and seen == list(range(50))
+
+
+@CONCURRENT
+def test_the_end_of_input_waits_for_a_notification_handler_still_running(make: Any) -> None:
+    rt, peer = make()
+    entered, go = threading.Event(), threading.Event()
+    seen: list[int] = []
+
+    def on_note(params: Any) -> Any:
+        if params["i"] == 0:
+            entered.set()
+            yield Wait(go)
+        seen.append(params["i"])
+
+    rt.on_notification("n", on_note)
+    rt.start()
+    pending = rt.request_later("ask", {}, timeout=None)
+    peer.recv()
+    peer.send(*({"method": "n", "params": {"i": i}} for i in range(3)))
+    peer.close_write()
+    assert entered.wait(WAIT)
+    with pytest.raises(FutureTimeout):  # read, the end waits behind the handler
+        pending.result(0.3)
+    go.set()
+    with pytest.raises(ConnectionClosedError):
+        pending.result(WAIT)
+    assert seen == [0, 1, 2]
 
 
 @CONCURRENT

@@ -120,6 +120,8 @@ class Side:
                 self.completed.append(pending)
         else:
             self.marks.append(item)
+            if item is sched.EOF:  # everything read before the end was handled
+                self.completed.extend(self.sched.eof_reached())
         return True
 
     def drain(self, limit: int = 100_000) -> None:

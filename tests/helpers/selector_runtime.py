@@ -163,6 +163,7 @@ class SelectorConnection:
         elif type(item) in (rpc.Response, rpc.ErrorResponse):
             self.sched.deliver(item)  # the outcome is set; the pumping caller sees it
         elif item is sched.EOF:
+            self.sched.eof_reached()  # the outcomes are set; the pumping caller sees them
             self.eof = True
 
     def run_notification(self, item: rpc.Decoded) -> None:
