@@ -279,7 +279,9 @@ class _Wiring:
         async def run(request: schema.PromptRequest, call: AsyncInboundCall) -> Any:
             h.log_in("session/prompt", request)
             turn: Turn = call.attachment
-            turn.task = asyncio.current_task()
+            # This very task (the engine set it before the task's first step; asyncio's
+            # current_task() is Python code on 3.11: ~0.4 µs per prompt).
+            turn.task = call.task
             try:
                 if turn.is_cancelled:  # cancelled before its task started: nothing to run
                     return h.conclude_prompt(turn, request, None)

@@ -711,6 +711,10 @@ class AsyncConnection:
                 self._start_request(hook)
             elif refused is not None:
                 self._flush()
+            if resume >= len(msgs):  # a read of one prompt, most of them: nothing left to route
+                if sched.woken:
+                    self._wake_drainers()
+                return
 
     def _act(self, now: list[Any]) -> None:
         """Complete the callers and start the requests nothing is queued ahead of."""
