@@ -335,6 +335,16 @@ def test_an_answer_in_another_protocol_version_is_not_judged_by_the_v1_schema() 
     assert report.conforming
 
 
+def test_an_unknown_field_is_a_warning_that_says_what_it_may_be() -> None:
+    # codex-acp 2.6 advertises sessionCapabilities.subagents, newer than the schema we know.
+    report = run_checks(helper_argv("check_raw_agent", "--future-field"), timeout=10, only=["handshake.*", "schema.valid"])
+    schema_check = next(r for r in report.results if r.name == "schema.valid")
+    assert schema_check.status == "WARN"
+    assert "unknown field `subagents`" in schema_check.detail
+    assert "a newer revision's field, or the agent's own" in schema_check.detail
+    assert report.conforming  # a warning does not decide
+
+
 def test_an_error_answer_without_an_id_breaks_the_envelope_rule() -> None:
     report = run_checks(helper_argv("broken_agent", "--no-id-errors"), timeout=2, skip=["robust.*", "prompt.large"])
     envelopes = next(r for r in report.results if r.name == "jsonrpc.envelopes")

@@ -49,6 +49,12 @@ def refusal(error: rpc.ErrorObject) -> str | None:
 # ------------------------------------------------------------------------------ schema checks
 
 
+_UNKNOWN_FIELD = (
+    " (not in the ACP schema this checker was built from: a newer revision's field, or the agent's"
+    " own, which the spec forbids outside _meta)"
+)
+
+
 def _other_version(result: msgspec.Raw) -> int | None:
     """The ``protocolVersion`` an initialize result chose, when it is an integer other than the
     version this checker speaks (None otherwise: judged as a v1 answer)."""
@@ -92,7 +98,10 @@ class _Validator:
             self._record("FAIL", f"{what}: does not match the schema: {exc}", line)
             return None
         if strict_error is not None:
-            self._record("WARN", f"{what}: accepted only leniently: {strict_error}", line)
+            why = str(strict_error)
+            if "unknown field" in why:  # a newer revision's field, or one the spec reserves
+                why += _UNKNOWN_FIELD
+            self._record("WARN", f"{what}: accepted only leniently: {why}", line)
         return value
 
     def _record(self, status: Status, text: str, line: WireLine | None = None) -> None:

@@ -8,6 +8,8 @@ showing what the checker sees whatever the SDK does on close.
 
 ``--dup-ids``           the second ``session/new`` answers the first id again
 ``--close-keeps-turn``  ``session/close`` answers ``{}`` but leaves the running turn running
+``--future-field``      advertises ``sessionCapabilities.subagents``, a field newer than the schema
+                        (as ``@agentclientprotocol/codex-acp`` 2.6 does)
 ``--speaks-v2``         asked for a version above 1, it answers version 2 in the v2 draft's shape
                         (``info``, ``capabilities``), as ``@agentclientprotocol/codex-acp`` 2.6 does
 """
@@ -99,9 +101,12 @@ def handle(msg: dict) -> None:
                 "capabilities": {"session": {"prompt": {"image": {}}}},
                 "authMethods": [{"methodId": "token", "type": "agent", "name": "Token"}],
             })
+        session_capabilities: dict = {"close": {}}
+        if "--future-field" in FLAGS:
+            session_capabilities["subagents"] = {}
         return answer(msg_id, {
             "protocolVersion": 1,
-            "agentCapabilities": {"sessionCapabilities": {"close": {}}},
+            "agentCapabilities": {"sessionCapabilities": session_capabilities},
             "agentInfo": {"name": "check-raw-agent", "version": "1"},
         })
     if method == "session/new":
