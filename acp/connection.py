@@ -345,6 +345,8 @@ class Connection:
         self._wake_all(failed)
         try:
             self._flush()
+            left = _remaining(deadline)
+            self._finish_writing(_STOP_GRACE if left is None else min(_STOP_GRACE, left))
         except ConnectionClosedError:
             pass
         self._transport.close()
@@ -614,6 +616,21 @@ class Connection:
             if not self._out:
                 return
             data = None
+
+    def _finish_writing(self, timeout: float) -> None:
+        """(close) Let a write under way in another thread end, and write what was left queued
+        behind it (our own last bytes, a flushed batch), within ``timeout``: closing the
+        transport under that writer would drop them. A writer stuck on a peer that stopped
+        reading keeps its bytes (logged at DEBUG)."""
+        wlock = self._wlock
+        if not wlock.acquire(True, timeout):
+            _log.debug("%s: closing with a write still under way", self.name)
+            return
+        data = self._take_out() if self._out else None
+        if data:
+            self._write_out(data)  # (releases the write lock)
+        else:
+            wlock.release()
 
     def _take_out(self) -> bytes | bytearray:
         """(The caller holds ``_wlock``.) Every queued byte, oldest first; the queue emptied."""
