@@ -622,15 +622,10 @@ class Connection:
         behind it (our own last bytes, a flushed batch), within ``timeout``: closing the
         transport under that writer would drop them. A writer stuck on a peer that stopped
         reading keeps its bytes (logged at DEBUG)."""
-        wlock = self._wlock
-        if not wlock.acquire(True, timeout):
+        if not self._wlock.acquire(True, timeout):
             _log.debug("%s: closing with a write still under way", self.name)
             return
-        data = self._take_out() if self._out else None
-        if data:
-            self._write_out(data)  # (releases the write lock)
-        else:
-            wlock.release()
+        self._write_out(self._take_out())  # (holding the write lock, which it releases)
 
     def _take_out(self) -> bytes | bytearray:
         """(The caller holds ``_wlock``.) Every queued byte, oldest first; the queue emptied."""
